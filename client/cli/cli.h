@@ -1,0 +1,26 @@
+/* cli.h — subcommands and shared helpers of the lct command line tool. */
+#ifndef LCT_CLI_H
+#define LCT_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  const char *name;
+  const char *usage;
+  int (*run)(int argc, char **argv); /* argv[0] is the subcommand */
+} cli_command;
+
+int cli_pack(int argc, char **argv);
+int cli_unpack(int argc, char **argv);
+
+/* Prints "lct: <message>" on stderr; returns 1 (the exit status). */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Reads a whole file; returns 0 or an errno value. */
+int cli_read_file(const char *path, uint8_t **data, size_t *len);
+/* Writes a whole file through a temporary name and rename; 0 or an errno value. */
+int cli_write_file(const char *path, const void *data, size_t len);
+/* dtype from a ".f32." / ".bf16." / ... infix of a file name; -1 if none. */
+int cli_dtype_from_name(const char *path);
+
+#endif

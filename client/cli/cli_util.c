@@ -1,0 +1,79 @@
+/* cli_util.c — file and error helpers shared by the lct subcommands. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "lct_codec.h"
+
+int cli_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("lct: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+int cli_read_file(const char *path, uint8_t **data, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return errno;
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    fclose(f);
+    return err ? err : EINVAL;
+  }
+  size_t n = (size_t)st.st_size;
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) {
+    fclose(f);
+    return ENOMEM;
+  }
+  if (fread(buf, 1, n, f) != n) {
+    int err = ferror(f) ? EIO : EINVAL;
+    free(buf);
+    fclose(f);
+    return err;
+  }
+  fclose(f);
+  *data = buf;
+  *len = n;
+  return 0;
+}
+
+int cli_write_file(const char *path, const void *data, size_t len) {
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 16);
+  if (!tmp) return ENOMEM;
+  snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    int err = errno;
+    free(tmp);
+    return err;
+  }
+  int err = 0;
+  if (fwrite(data, 1, len, f) != len || fflush(f) != 0) err = errno ? errno : EIO;
+  if (fclose(f) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) err = errno;
+  if (err) unlink(tmp);
+  free(tmp);
+  return err;
+}
+
+int cli_dtype_from_name(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
+    char infix[16];
+    snprintf(infix, sizeof infix, ".%s.", lct_dtype_name(d));
+    if (strstr(base, infix)) return d;
+  }
+  return -1;
+}

@@ -1,0 +1,117 @@
+/* lct_codec.h — the LCT compressed tensor format (proto/FORMAT.md): codebooks and the CPU reference codec. */
+#ifndef LCT_CODEC_H
+#define LCT_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lct_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LCT_FORMAT_VERSION 1
+#define LCT_CHUNK_ELEMS 16384 /* elements per chunk */
+#define LCT_LANES 32          /* independent code streams per chunk */
+#define LCT_LANE_ELEMS 512    /* elements per lane */
+#define LCT_MAX_CODE_LEN 12   /* decode tables have 2^12 entries */
+#define LCT_MAX_SYMS 1025     /* 2^10 symbol values plus ESC */
+#define LCT_HEADER_BYTES 40
+#define LCT_RAW_CHUNK_HEADER 8
+#define LCT_CODED_CHUNK_HEADER 72
+
+typedef enum {
+  LCT_DTYPE_RAW = 0,
+  LCT_DTYPE_F32 = 1,
+  LCT_DTYPE_BF16 = 2,
+  LCT_DTYPE_F16 = 3,
+  LCT_DTYPE_F8E4M3 = 4,
+  LCT_DTYPE_F8E5M2 = 5,
+} lct_dtype;
+#define LCT_DTYPE_COUNT 6
+
+/* Bytes per element (1 for raw); 0 for an unknown dtype. */
+size_t lct_dtype_size(int dtype);
+/* Symbol bits coded per element: sign, exponent and the top mantissa bit (0 for raw). */
+unsigned lct_dtype_symbol_bits(int dtype);
+/* "f32", "bf16", "f16", "f8e4m3", "f8e5m2", "raw"; NULL if unknown. */
+const char *lct_dtype_name(int dtype);
+/* Parses a dtype name; LCT_EDTYPE if unknown. */
+int lct_dtype_parse(const char *name, lct_dtype *out);
+
+static inline uint64_t lct_chunk_count(uint64_t n_elems) {
+  return (n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS;
+}
+
+/* Worst-case blob size for n elements of a dtype: raw bytes plus a bounded
+ * header (proto/FORMAT.md, "Size bound"). The macro is a constant-expression
+ * upper bound; the function is exact for the reference encoder's worst case. */
+#define LCT_ENCODE_BOUND(n_elems, elem_size) \
+  (LCT_HEADER_BYTES + 520 + 20 * (((n_elems) + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS) + (n_elems) * (elem_size))
+size_t lct_encode_bound(int dtype, uint64_t n_elems);
+
+/* A canonical, length-limited code for one dtype's sign+exponent alphabet.
+ * A plain value (about 4 KiB): build it once from a histogram and reuse it for
+ * every later encode of that tensor or class of tensors. Treat as read-only. */
+typedef struct lct_codebook {
+  uint8_t dtype;
+  uint8_t max_len;                 /* longest code, <= LCT_MAX_CODE_LEN */
+  uint16_t n_syms;                 /* 2^s + 1; ESC is n_syms - 1 */
+  uint8_t len[LCT_MAX_SYMS];       /* code length, 0 = not in the codebook */
+  uint16_t code[LCT_MAX_SYMS];     /* bit-reversed canonical code (LSB-first) */
+  double expected_bits_per_elem;   /* code bits per element on the build histogram */
+} lct_codebook;
+
+/* Adds the symbol histogram of n elements to hist[0 .. 2^s) (caller zeroes it). */
+int lct_histogram(int dtype, const void *src, uint64_t n_elems, uint64_t *hist);
+/* Builds the reference codebook from a histogram of 2^s counts (ESC is added). */
+int lct_codebook_build(int dtype, const uint64_t *hist, lct_codebook *cb);
+/* Histogram plus build in one call. */
+int lct_codebook_from_data(int dtype, const void *src, uint64_t n_elems, lct_codebook *cb);
+/* Serialized codebook size for a dtype (4 bits per symbol); 0 for raw. */
+size_t lct_codebook_bytes(int dtype);
+int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap);
+/* Parses and validates a serialized codebook; LCT_ECORRUPT if invalid. */
+int lct_codebook_parse(int dtype, const uint8_t *src, size_t len, lct_codebook *cb);
+/* 4096-entry decode table: entry = symbol | len << 11, 0 = invalid code. */
+void lct_codebook_decode_table(const lct_codebook *cb, uint16_t table[1 << LCT_MAX_CODE_LEN]);
+
+typedef struct lct_encode_stats {
+  uint64_t blob_bytes;  /* size of the blob written */
+  uint64_t code_bits;   /* bits in all code sections (ESC payloads included) */
+  uint64_t escapes;     /* elements whose symbol the codebook lacked */
+  uint64_t raw_chunks;  /* chunks stored raw */
+} lct_encode_stats;
+
+/* Encodes n elements at src (host memory, any alignment) into dst (capacity
+ * cap bytes, at least lct_encode_bound). cb must be a codebook of the dtype;
+ * it is ignored (may be NULL) for raw. stats may be NULL. Thread-safe.
+ * Returns 0 or a negative LCT error code. */
+int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_elems,
+               void *dst, size_t cap, lct_encode_stats *stats);
+
+/* Header fields of a blob, validated (magic, version, sizes, header check). */
+typedef struct lct_blob_info {
+  int dtype;
+  uint64_t n_elems;
+  uint64_t raw_bytes;
+  uint64_t blob_bytes;
+  uint32_t n_chunks;
+} lct_blob_info;
+int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info);
+
+/* Decodes a blob of len bytes into dst (cap bytes, any alignment). Every
+ * field is validated: a corrupt blob returns LCT_ECORRUPT or LCT_ECHECKSUM,
+ * a too-small dst LCT_EBUFSIZE; nothing outside blob[0, len) or dst[0, cap)
+ * is ever touched. Thread-safe. */
+int lct_decode(const void *blob, size_t len, void *dst, size_t cap);
+
+/* The format's check (proto/FORMAT.md, "Checks") over bytes zero-padded to
+ * 32-bit words, word index starting at base. */
+uint32_t lct_check(const void *bytes, size_t len, uint64_t base);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

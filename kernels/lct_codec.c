@@ -141,9 +141,9 @@ static inline size_t encode_chunk(const encoder *e, const uint8_t *src, uint64_t
     }
     bw_flush(&mw);
     bw_flush(&cw);
-    if (cw.out >= dst + raw_size) goto raw; /* not smaller than raw */
-    st->code_bits += total_bits;
+    st->code_bits += total_bits; /* counted for raw fallbacks too: they measure the codebook's fit */
     st->escapes += escapes;
+    if (cw.out >= dst + raw_size) goto raw; /* not smaller than raw */
     return (size_t)(cw.out - dst);
   }
 raw:

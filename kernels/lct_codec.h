@@ -79,7 +79,7 @@ void lct_codebook_decode_table(const lct_codebook *cb, uint16_t table[1 << LCT_M
 
 typedef struct lct_encode_stats {
   uint64_t blob_bytes;  /* size of the blob written */
-  uint64_t code_bits;   /* bits in all code sections (ESC payloads included) */
+  uint64_t code_bits;   /* code bits the codebook took (ESC payloads included), also for chunks then stored raw */
   uint64_t escapes;     /* elements whose symbol the codebook lacked */
   uint64_t raw_chunks;  /* chunks stored raw */
 } lct_encode_stats;

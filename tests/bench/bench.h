@@ -1,0 +1,20 @@
+/* bench.h — lct-bench subcommands and their shared timing and file helpers. */
+#ifndef LCT_BENCH_H
+#define LCT_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+int bench_codec(int argc, char **argv);
+
+/* Monotonic seconds. */
+double bench_now(void);
+/* Reads a whole file or exits with a message. */
+uint8_t *bench_read_file(const char *path, size_t *len);
+/* Opens --out FILE for JSON results (NULL path: none). */
+FILE *bench_open_out(const char *path);
+/* Describes this host's CPU for the results ("model, N cores"). */
+void bench_cpu_name(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,23 @@
+/* bench_main.c — lct-bench: benchmark subcommand dispatch. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+static const struct {
+  const char *name, *usage;
+  int (*run)(int argc, char **argv);
+} benches[] = {
+    {"codec", "codec [--json] [--out FILE] FILE...   CPU codec: ratio vs order-0 bound and zstd, GB/s", bench_codec},
+};
+
+int main(int argc, char **argv) {
+  if (argc >= 2) {
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+      if (strcmp(argv[1], benches[i].name) == 0) return benches[i].run(argc - 1, argv + 1);
+    }
+  }
+  fputs("usage: lct-bench BENCHMARK [ARGS]\n", stderr);
+  for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) fprintf(stderr, "  %s\n", benches[i].usage);
+  return 2;
+}

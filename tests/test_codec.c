@@ -1,0 +1,318 @@
+/* test_codec.c — CPU codec: bit-exact round trips, golden blobs, bounds and corrupt input. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_codec.h"
+#include "test_util.h"
+
+/* Encodes with a codebook built from the data itself and decodes; returns the blob size. */
+static uint64_t roundtrip_with(int dtype, const lct_codebook *cb, const void *src, uint64_t n, lct_encode_stats *st) {
+  size_t w = lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
+  uint8_t *blob = malloc(cap), *out = malloc(n * w + 1);
+  cr_assert(blob && out);
+  lct_encode_stats local;
+  if (!st) st = &local;
+  cr_assert_eq(lct_encode(dtype, cb, src, n, blob, cap, st), 0, "encode %s n=%llu", lct_dtype_name(dtype),
+               (unsigned long long)n);
+  cr_assert_leq(st->blob_bytes, cap);
+  cr_assert_eq(lct_decode(blob, st->blob_bytes, out, n * w), 0);
+  cr_assert(n == 0 || memcmp(out, src, n * w) == 0, "round trip differs: %s n=%llu", lct_dtype_name(dtype),
+            (unsigned long long)n);
+  free(blob);
+  free(out);
+  return st->blob_bytes;
+}
+
+static uint64_t roundtrip(int dtype, const void *src, uint64_t n) {
+  lct_codebook cb;
+  if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_codebook_from_data(dtype, src, n, &cb), 0);
+  return roundtrip_with(dtype, &cb, src, n, NULL);
+}
+
+Test(codec, shared_tensors_roundtrip_and_compress) {
+  DIR *dir = opendir(LCT_TEST_DATA);
+  cr_assert(dir);
+  int files = 0;
+  for (struct dirent *de; (de = readdir(dir));) {
+    int dtype = test_dtype_from_name(de->d_name);
+    if (dtype < 0 || !strstr(de->d_name, ".bin")) continue;
+    size_t len;
+    uint8_t *data = test_read_data(de->d_name, &len);
+    uint64_t n = len / lct_dtype_size(dtype);
+    uint64_t blob = roundtrip(dtype, data, n);
+    /* Real training tensors always compress (the sign+exponent field is redundant). */
+    cr_expect_lt(blob, len, "%s did not compress: %llu >= %zu", de->d_name, (unsigned long long)blob, len);
+    free(data);
+    files++;
+  }
+  closedir(dir);
+  cr_assert_geq(files, 18);
+}
+
+Test(codec, every_16bit_pattern) {
+  uint16_t *v = malloc(65536 * 2 * sizeof *v);
+  for (uint32_t i = 0; i < 65536; i++) v[i] = (uint16_t)i;
+  test_rng rng = {42};
+  for (uint32_t i = 65536; i < 131072; i++) v[i] = (uint16_t)test_rand(&rng); /* and in random order */
+  roundtrip(LCT_DTYPE_BF16, v, 131072);
+  roundtrip(LCT_DTYPE_F16, v, 131072);
+  free(v);
+}
+
+Test(codec, every_8bit_pattern) {
+  uint8_t v[256 * 3];
+  test_rng rng = {7};
+  for (int i = 0; i < 256; i++) v[i] = (uint8_t)i;
+  for (int i = 256; i < 768; i++) v[i] = (uint8_t)test_rand(&rng);
+  roundtrip(LCT_DTYPE_F8E4M3, v, sizeof v);
+  roundtrip(LCT_DTYPE_F8E5M2, v, sizeof v);
+  roundtrip(LCT_DTYPE_RAW, v, sizeof v);
+}
+
+Test(codec, f32_specials_and_random_bits) {
+  static const uint32_t specials[] = {
+      0x00000000, 0x80000000,             /* +-0 */
+      0x7f800000, 0xff800000,             /* +-Inf */
+      0x7fc00000, 0xffc00001, 0x7f800001, /* quiet and signalling NaNs with payloads */
+      0x7fbfffff, 0xffffffff, 0x00000001, /* largest sNaN payload, all ones, smallest subnormal */
+      0x007fffff, 0x80000001, 0x00800000, /* largest subnormal, negative subnormal, smallest normal */
+      0x7f7fffff, 0x3f800000, 0xbf800000,
+  };
+  size_t n = 3 * LCT_CHUNK_ELEMS + 77;
+  uint32_t *v = malloc(n * 4);
+  test_rng rng = {1234};
+  for (size_t i = 0; i < n; i++) {
+    v[i] = (i % 3 == 0) ? specials[test_rand(&rng) % (sizeof specials / 4)] : (uint32_t)test_rand(&rng);
+  }
+  roundtrip(LCT_DTYPE_F32, v, n);
+  /* A chunk made only of specials compresses and still round-trips. */
+  for (size_t i = 0; i < n; i++) v[i] = specials[i % (sizeof specials / 4)];
+  roundtrip(LCT_DTYPE_F32, v, n);
+  free(v);
+}
+
+Test(codec, awkward_sizes_every_dtype) {
+  const uint64_t sizes[] = {0, 1, 2, 3, LCT_LANE_ELEMS - 1, LCT_LANE_ELEMS, LCT_LANE_ELEMS + 1,
+                            LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS, LCT_CHUNK_ELEMS + 1, 2 * LCT_CHUNK_ELEMS + 513};
+  size_t len, cap = 4 * (2 * LCT_CHUNK_ELEMS + 513);
+  uint8_t *real = test_read_data("A_s100_w.f32.bin", &len), *tiled = malloc(cap);
+  for (size_t i = 0; i < cap; i++) tiled[i] = real[i % len];
+  for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      roundtrip(dtype, tiled, sizes[k]); /* real bytes reinterpreted: every dtype sees varied symbols */
+    }
+  }
+  free(real);
+  free(tiled);
+}
+
+Test(codec, unaligned_buffers) {
+  size_t len;
+  uint8_t *real = test_read_data("A_s400_v.bf16.bin", &len);
+  uint64_t n = LCT_CHUNK_ELEMS + 5;
+  uint8_t *src = malloc(n * 2 + 3), *blob = malloc(lct_encode_bound(LCT_DTYPE_BF16, n) + 3), *out = malloc(n * 2 + 3);
+  for (int off = 1; off <= 3; off++) {
+    memcpy(src + off, real, n * 2);
+    lct_codebook cb;
+    cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, src + off, n, &cb), 0);
+    lct_encode_stats st;
+    cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &cb, src + off, n, blob + off, lct_encode_bound(LCT_DTYPE_BF16, n), &st), 0);
+    cr_assert_eq(lct_decode(blob + off, st.blob_bytes, out + off, n * 2), 0);
+    cr_assert_arr_eq(out + off, real, n * 2);
+  }
+  free(real);
+  free(src);
+  free(blob);
+  free(out);
+}
+
+Test(codec, stale_codebook_is_exact_and_counts_escapes) {
+  size_t wl, vl;
+  uint8_t *w = test_read_data("A_s100_w.bf16.bin", &wl), *v = test_read_data("A_s400_v.bf16.bin", &vl);
+  lct_codebook cb_w, cb_v;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, w, wl / 2, &cb_w), 0);
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, v, vl / 2, &cb_v), 0);
+  lct_encode_stats own, stale;
+  roundtrip_with(LCT_DTYPE_BF16, &cb_v, v, vl / 2, &own);
+  roundtrip_with(LCT_DTYPE_BF16, &cb_w, v, vl / 2, &stale); /* v coded with w's codebook */
+  cr_expect_eq(own.escapes, 0);
+  cr_expect_gt(stale.escapes, 0, "weights and Adam v have different exponent ranges");
+  cr_expect_gt(stale.code_bits, own.code_bits, "a stale codebook costs ratio");
+  /* The drift signal a caller uses: coded bits against the codebook's expectation. */
+  double expected = cb_v.expected_bits_per_elem * (double)(vl / 2);
+  cr_expect_lt((double)own.code_bits, expected * 1.001);
+  cr_expect_gt((double)stale.code_bits, cb_w.expected_bits_per_elem * (double)(vl / 2) * 1.02);
+
+  /* A codebook knowing a single symbol: everything else escapes, still exact. */
+  uint64_t hist[LCT_MAX_SYMS] = {0};
+  hist[5] = 100;
+  lct_codebook tiny;
+  cr_assert_eq(lct_codebook_build(LCT_DTYPE_F32, hist, &tiny), 0);
+  test_rng rng = {99};
+  uint32_t *rnd = malloc(40000 * 4);
+  for (int i = 0; i < 40000; i++) rnd[i] = (uint32_t)test_rand(&rng);
+  lct_encode_stats esc;
+  roundtrip_with(LCT_DTYPE_F32, &tiny, rnd, 40000, &esc);
+  cr_expect_eq(esc.raw_chunks, 3, "all-escape chunks are larger than raw and stored raw");
+  free(rnd);
+  free(w);
+  free(v);
+}
+
+Test(codec, never_larger_than_bound) {
+  test_rng rng = {5};
+  for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
+    uint64_t n = 2 * LCT_CHUNK_ELEMS + 100;
+    size_t w = lct_dtype_size(dtype);
+    uint8_t *rnd = malloc(n * w);
+    for (uint64_t i = 0; i < n * w; i++) rnd[i] = (uint8_t)test_rand(&rng);
+    uint64_t blob = roundtrip(dtype, rnd, n);
+    cr_assert_leq(blob, lct_encode_bound(dtype, n));
+    cr_assert_leq(lct_encode_bound(dtype, n), LCT_ENCODE_BOUND(n, w));
+    free(rnd);
+  }
+}
+
+Test(codec, argument_errors) {
+  uint32_t v[4] = {1, 2, 3, 4};
+  uint8_t blob[1024], out[16];
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_F32, v, 4, &cb), 0);
+  cr_assert_eq(lct_encode(LCT_DTYPE_F32, &cb, v, 4, blob, 10, NULL), LCT_EBUFSIZE);
+  cr_assert_eq(lct_encode(99, &cb, v, 4, blob, sizeof blob, NULL), LCT_EDTYPE);
+  cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &cb, v, 4, blob, sizeof blob, NULL), LCT_EINVAL, "codebook of another dtype");
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_F32, &cb, v, 4, blob, sizeof blob, &st), 0);
+  cr_assert_eq(lct_decode(blob, st.blob_bytes, out, 15), LCT_EBUFSIZE);
+  cr_assert_eq(lct_decode(blob, st.blob_bytes, out, 16), 0);
+  lct_blob_info info;
+  cr_assert_eq(lct_blob_info_read(blob, st.blob_bytes, &info), 0);
+  cr_assert_eq(info.dtype, LCT_DTYPE_F32);
+  cr_assert_eq(info.n_elems, 4);
+  cr_assert_eq(info.raw_bytes, 16);
+}
+
+/* A small two-chunk bf16 blob of real data with a coded and a raw chunk. */
+static uint8_t *small_blob(size_t *blob_len, uint8_t **raw, size_t *raw_len) {
+  size_t len;
+  uint8_t *real = test_read_data("A_s100_act.bf16.bin", &len);
+  uint64_t n = LCT_CHUNK_ELEMS + 700;
+  test_rng rng = {77};
+  for (uint64_t i = LCT_CHUNK_ELEMS; i < n; i++) ((uint16_t *)real)[i] = (uint16_t)test_rand(&rng);
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, real, LCT_CHUNK_ELEMS, &cb), 0);
+  uint8_t *blob = malloc(lct_encode_bound(LCT_DTYPE_BF16, n));
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &cb, real, n, blob, lct_encode_bound(LCT_DTYPE_BF16, n), &st), 0);
+  cr_assert_eq(st.raw_chunks, 1, "the random tail chunk is stored raw");
+  *blob_len = st.blob_bytes;
+  *raw = real;
+  *raw_len = n * 2;
+  return blob;
+}
+
+Test(codec, every_truncation_rejected) {
+  size_t len, raw_len;
+  uint8_t *raw, *blob = small_blob(&len, &raw, &raw_len), *out = malloc(raw_len);
+  for (size_t cut = 0; cut < len; cut++) {
+    uint8_t *copy = malloc(cut ? cut : 1); /* exact-size copy: ASan sees any overread */
+    memcpy(copy, blob, cut);
+    int rc = lct_decode(copy, cut, out, raw_len);
+    cr_assert(rc == LCT_ECORRUPT || rc == LCT_ECHECKSUM, "truncation to %zu bytes: %d", cut, rc);
+    free(copy);
+  }
+  free(blob);
+  free(raw);
+  free(out);
+}
+
+Test(codec, every_single_bit_flip_rejected) {
+  size_t len, raw_len;
+  uint8_t *raw, *blob = small_blob(&len, &raw, &raw_len), *out = malloc(raw_len);
+  uint8_t *copy = malloc(len);
+  for (size_t bit = 0; bit < 8 * len; bit++) {
+    memcpy(copy, blob, len);
+    copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    int rc = lct_decode(copy, len, out, raw_len);
+    cr_assert(rc < 0, "flip of bit %zu went undetected", bit);
+    cr_assert(rc == LCT_ECORRUPT || rc == LCT_ECHECKSUM || rc == LCT_EVERSION, "bit %zu: %s", bit, lct_strerror(rc));
+  }
+  free(copy);
+  free(blob);
+  free(raw);
+  free(out);
+}
+
+Test(codec, random_garbage_never_crashes) {
+  size_t len, raw_len;
+  uint8_t *raw, *blob = small_blob(&len, &raw, &raw_len), *out = malloc(raw_len);
+  uint8_t *copy = malloc(len);
+  test_rng rng = {2024};
+  for (int round = 0; round < 3000; round++) {
+    memcpy(copy, blob, len);
+    int hits = 1 + (int)(test_rand(&rng) % 16);
+    for (int h = 0; h < hits; h++) copy[test_rand(&rng) % len] = (uint8_t)test_rand(&rng);
+    int rc = lct_decode(copy, len, out, raw_len);
+    /* Only a change that leaves the blob identical may decode. */
+    if (rc == 0) cr_assert_arr_eq(copy, blob, len);
+  }
+  free(copy);
+  free(blob);
+  free(raw);
+  free(out);
+}
+
+Test(codec, check_known_answer) {
+  /* Two words: 1 * (1 * 0x9E3779B1) + 2 * (3 * 0x9E3779B1) mod 2^32. */
+  uint8_t bytes[8] = {1, 0, 0, 0, 2, 9, 9, 9};
+  cr_assert_eq(lct_check(bytes, 8, 0), (uint32_t)(0x9E3779B1u * 1u + 0x09090902u * 3u * 0x9E3779B1u));
+  /* A trailing partial word is zero-padded; base shifts the multipliers. */
+  cr_assert_eq(lct_check(bytes, 5, 0), (uint32_t)(0x9E3779B1u * 7u));
+  cr_assert_eq(lct_check(bytes, 4, 10), (uint32_t)(0x9E3779B1u * 21u));
+}
+
+/* Golden vectors (tests/data/golden/README.md): NAME.DTYPE.in is a raw tensor,
+ * NAME.DTYPE.lct its blob, coded with the codebook the blob carries. Encoding
+ * the input with that codebook must give the blob byte for byte, and back. */
+Test(codec, golden_blobs) {
+  DIR *dir = opendir(LCT_TEST_DATA "/golden");
+  cr_assert(dir, "tests/data/golden is missing");
+  int checked = 0;
+  for (struct dirent *de; (de = readdir(dir));) {
+    size_t nl = strlen(de->d_name);
+    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
+    char base[256], path[300];
+    snprintf(base, sizeof base, "golden/%.*s", (int)(nl - 4), de->d_name);
+    int dtype = test_dtype_from_name(de->d_name);
+    cr_assert_geq(dtype, 0);
+    size_t in_len, blob_len;
+    snprintf(path, sizeof path, "%s.in", base);
+    uint8_t *in = test_read_data(path, &in_len);
+    snprintf(path, sizeof path, "%s.lct", base);
+    uint8_t *blob = test_read_data(path, &blob_len);
+    lct_codebook cb;
+    if (dtype != LCT_DTYPE_RAW) {
+      cr_assert_gt(blob_len, LCT_HEADER_BYTES + lct_codebook_bytes(dtype));
+      cr_assert_eq(lct_codebook_parse(dtype, blob + LCT_HEADER_BYTES, lct_codebook_bytes(dtype), &cb), 0);
+    }
+    uint64_t n = in_len / lct_dtype_size(dtype);
+    size_t cap = lct_encode_bound(dtype, n);
+    uint8_t *mine = malloc(cap), *out = malloc(in_len + 1);
+    lct_encode_stats st;
+    cr_assert_eq(lct_encode(dtype, &cb, in, n, mine, cap, &st), 0);
+    cr_assert_eq(st.blob_bytes, blob_len, "%s: size differs", de->d_name);
+    cr_assert_arr_eq(mine, blob, blob_len, "%s: bytes differ", de->d_name);
+    cr_assert_eq(lct_decode(blob, blob_len, out, in_len), 0);
+    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0);
+    free(mine);
+    free(out);
+    free(in);
+    free(blob);
+    checked++;
+  }
+  closedir(dir);
+  cr_assert_geq(checked, 6);
+}

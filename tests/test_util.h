@@ -1,0 +1,51 @@
+/* test_util.h — seeded RNG and test-data helpers shared by the Criterion tests. */
+#ifndef LCT_TEST_UTIL_H
+#define LCT_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_codec.h"
+
+typedef struct {
+  uint64_t s;
+} test_rng;
+
+/* splitmix64: deterministic for a seed, good enough to scramble bits. */
+static inline uint64_t test_rand(test_rng *r) {
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Reads LCT_TEST_DATA/name whole; fails the test if it cannot. */
+static inline uint8_t *test_read_data(const char *name, size_t *len) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", LCT_TEST_DATA, name);
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc(n ? (size_t)n : 1);
+  cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* dtype from a ".bf16." style infix; -1 if none. */
+static inline int test_dtype_from_name(const char *name) {
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
+    char infix[16];
+    snprintf(infix, sizeof infix, ".%s.", lct_dtype_name(d));
+    if (strstr(name, infix)) return d;
+  }
+  return -1;
+}
+
+#endif

@@ -6,6 +6,14 @@
 
 #define CHECK_MUL 0x9E3779B1u
 
+/* The hot loops are also built for x86-64-v3 (BMI2 variable shifts, AVX2),
+ * chosen at load time; other machines run the portable build. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define HOT_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
+#else
+#define HOT_CLONES
+#endif
+
 static inline uint64_t pad4(uint64_t x) { return (x + 3) & ~(uint64_t)3; }
 static inline uint64_t pad8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 
@@ -16,7 +24,7 @@ static inline uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); r
 static inline uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-uint32_t lct_check(const void *bytes, size_t len, uint64_t base) {
+HOT_CLONES uint32_t lct_check(const void *bytes, size_t len, uint64_t base) {
   const uint8_t *p = bytes;
   uint32_t h = 0, mul = (uint32_t)(2 * base + 1) * CHECK_MUL;
   size_t j = 0;
@@ -47,39 +55,70 @@ size_t lct_encode_bound(int dtype, uint64_t n_elems) {
 
 /* ---- encoder ---------------------------------------------------------- */
 
-/* LSB-first bit writer into 32-bit little-endian words. Words past end are
- * counted but not stored, so a caller detects overflow by out > end. */
+/* LSB-first bit writer. Bits gather in a 64-bit accumulator; bw_flush moves
+ * its whole bytes out with one unaligned 64-bit store while 8 bytes of room
+ * remain, byte by byte after that. Callers add at most 56 bits between
+ * flushes. Bytes past end are counted, not stored: out > end means overflow. */
 typedef struct {
   uint8_t *out, *end;
   uint64_t acc;
   unsigned n;
 } bit_writer;
 
-static inline void bw_put(bit_writer *w, uint64_t v, unsigned bits) {
+static inline void bw_add(bit_writer *w, uint64_t v, unsigned bits) {
   w->acc |= v << w->n;
   w->n += bits;
-  if (w->n >= 32) {
-    if (w->out < w->end) put32(w->out, (uint32_t)w->acc);
-    w->out += 4;
-    w->acc >>= 32;
-    w->n -= 32;
-  }
 }
 
 static inline void bw_flush(bit_writer *w) {
-  if (w->n) {
-    if (w->out < w->end) put32(w->out, (uint32_t)w->acc);
-    w->out += 4;
+  unsigned bytes = w->n >> 3;
+  if (__builtin_expect(w->out + 8 <= w->end, 1)) {
+    put64(w->out, w->acc);
+  } else {
+    for (unsigned i = 0; i < bytes; i++) {
+      if (w->out + i < w->end) w->out[i] = (uint8_t)(w->acc >> (8 * i));
+    }
   }
-  w->acc = 0;
-  w->n = 0;
+  w->out += bytes;
+  w->acc = bytes == 8 ? 0 : w->acc >> (8 * bytes);
+  w->n &= 7;
 }
 
+/* Writes the last partial byte and zero padding up to a 4-byte boundary
+ * (relative to base); returns the section size. */
+static inline uint64_t bw_finish(bit_writer *w, uint8_t *base) {
+  if (w->n) w->n = 8;
+  bw_flush(w);
+  while ((w->out - base) % 4) {
+    if (w->out < w->end) *w->out = 0;
+    w->out++;
+  }
+  return (uint64_t)(w->out - base);
+}
+
+/* Per-symbol bits to write: code | length << 24 | escaped << 31. A symbol the
+ * codebook lacks gets the whole ESC sequence (ESC code, then the symbol), so
+ * the hot loop has no branch for it. */
+#define ENC_CODE_MASK 0xffffffu
+/* Longest code section a chunk can need: every element escaped, plus slack
+ * for the writer's 8-byte stores. */
+#define CODE_SCRATCH ((size_t)LCT_CHUNK_ELEMS * (LCT_MAX_CODE_LEN + 10) / 8 + 16)
 typedef struct {
   lct__layout lay;
-  uint32_t enc[LCT_MAX_SYMS]; /* code | len << 16 */
-  uint32_t esc;               /* code | len << 16 of ESC */
+  uint32_t enc[LCT_MAX_SYMS - 1];
+  uint8_t scratch[CODE_SCRATCH]; /* the code section is built here, then placed after the mantissas */
 } encoder;
+
+static void encoder_init(encoder *e, const lct_codebook *cb) {
+  const unsigned esc = e->lay.n_syms - 1, esc_len = cb->len[esc];
+  for (unsigned sym = 0; sym < esc; sym++) {
+    if (cb->len[sym]) {
+      e->enc[sym] = cb->code[sym] | (uint32_t)cb->len[sym] << 24;
+    } else {
+      e->enc[sym] = (cb->code[esc] | sym << esc_len) | (esc_len + e->lay.sym_bits) << 24 | 1u << 31;
+    }
+  }
+}
 
 static size_t encode_raw_chunk(const uint8_t *src, uint64_t n, unsigned w, uint32_t check, uint8_t *dst) {
   uint64_t bytes = n * w, size = LCT_RAW_CHUNK_HEADER + pad4(bytes);
@@ -97,9 +136,55 @@ static inline unsigned chunk_trim(const uint8_t *src, uint64_t n, const lct__lay
   return all ? (unsigned)__builtin_ctz(all) : lay->mant_bits;
 }
 
+/* Writes the kept mantissa bits of n elements as one LSB-first stream of
+ * mant_bytes bytes (the section, padding included). */
+static void pack_mantissas_scalar(const uint8_t *src, uint64_t n, unsigned width, unsigned m, unsigned trim,
+                                  unsigned keep, uint8_t *mant, uint64_t mant_bytes) {
+  bit_writer mw = {mant, mant + mant_bytes, 0, 0};
+  const uint32_t mmask = (1u << m) - 1;
+  const unsigned per_flush = 56 / keep;
+  for (uint64_t i = 0; i < n;) {
+    uint64_t stop = n - i < per_flush ? n : i + per_flush;
+    for (; i < stop; i++) bw_add(&mw, (lct__load_elem(src, i, width) & mmask) >> trim, keep);
+    bw_flush(&mw);
+  }
+  bw_finish(&mw, mant);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* With BMI2, one pext gathers the kept bits of a whole 64-bit word of elements. */
+__attribute__((target("bmi2"))) static void pack_mantissas_bmi2(const uint8_t *src, uint64_t n, unsigned width,
+                                                                 unsigned m, unsigned trim, unsigned keep,
+                                                                 uint8_t *mant, uint64_t mant_bytes) {
+  bit_writer mw = {mant, mant + mant_bytes, 0, 0};
+  const unsigned per_word = 8 / width, bits = per_word * keep;
+  uint64_t lane_mask = ((1ull << m) - 1) & ~((1ull << trim) - 1), mask = 0;
+  for (unsigned k = 0; k < per_word; k++) mask |= lane_mask << (8 * width * k);
+  uint64_t i = 0;
+  for (; i + per_word <= n; i += per_word) {
+    bw_add(&mw, __builtin_ia32_pext_di(get64(src + i * width), mask), bits);
+    bw_flush(&mw);
+  }
+  for (; i < n; i++) {
+    bw_add(&mw, (lct__load_elem(src, i, width) & lane_mask) >> trim, keep);
+    bw_flush(&mw);
+  }
+  bw_finish(&mw, mant);
+}
+
+static void pack_mantissas(const uint8_t *src, uint64_t n, unsigned width, unsigned m, unsigned trim, unsigned keep,
+                           uint8_t *mant, uint64_t mant_bytes) {
+  static int has_bmi2 = -1;
+  if (has_bmi2 < 0) has_bmi2 = __builtin_cpu_supports("bmi2");
+  (has_bmi2 ? pack_mantissas_bmi2 : pack_mantissas_scalar)(src, n, width, m, trim, keep, mant, mant_bytes);
+}
+#else
+#define pack_mantissas pack_mantissas_scalar
+#endif
+
 /* Codes one chunk at dst, which has room for its raw form. The width is a
  * compile-time constant in each caller so the element loop specializes. */
-static inline size_t encode_chunk(const encoder *e, const uint8_t *src, uint64_t n, uint64_t c,
+static inline size_t encode_chunk(encoder *e, const uint8_t *src, uint64_t n, uint64_t c,
                                   uint8_t *dst, lct_encode_stats *st, const unsigned width) {
   const lct__layout *lay = &e->lay;
   const uint64_t raw_size = LCT_RAW_CHUNK_HEADER + pad4(n * width);
@@ -109,49 +194,50 @@ static inline size_t encode_chunk(const encoder *e, const uint8_t *src, uint64_t
   if (LCT_CODED_CHUNK_HEADER + mant_bytes >= raw_size) goto raw;
 
   {
-    uint8_t *mant = dst + LCT_CODED_CHUNK_HEADER, *code = mant + mant_bytes;
-    bit_writer mw = {mant, mant + mant_bytes, 0, 0};
-    bit_writer cw = {code, dst + raw_size, 0, 0};
-    const unsigned m = lay->mant_bits, s = lay->sym_bits;
-    const uint32_t mmask = (1u << m) - 1;
-    uint64_t total_bits = 0, escapes = 0;
-    memset(dst, 0, LCT_CODED_CHUNK_HEADER);
+    uint8_t *code = (uint8_t *)e->scratch;
+    bit_writer cw = {code, code + CODE_SCRATCH, 0, 0};
+    const unsigned m = lay->mant_bits;
+    uint64_t escapes = 0, lane_start = 0;
+    memset(dst + 8, 0, LCT_CODED_CHUNK_HEADER - 8); /* lane_bits of empty lanes stay 0 */
+    for (unsigned t = 0; t < LCT_LANES && (uint64_t)t * LCT_LANE_ELEMS < n; t++) {
+      uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS, hi = lo + LCT_LANE_ELEMS < n ? lo + LCT_LANE_ELEMS : n, i = lo;
+      for (; i + 2 <= hi; i += 2) { /* two codes (<= 44 bits) per flush */
+        uint32_t e0 = e->enc[lct__load_elem(src, i, width) >> m], e1 = e->enc[lct__load_elem(src, i + 1, width) >> m];
+        escapes += (e0 >> 31) + (e1 >> 31);
+        bw_add(&cw, e0 & ENC_CODE_MASK, (e0 >> 24) & 0x7f);
+        bw_add(&cw, e1 & ENC_CODE_MASK, (e1 >> 24) & 0x7f);
+        bw_flush(&cw);
+      }
+      if (i < hi) {
+        uint32_t e0 = e->enc[lct__load_elem(src, i, width) >> m];
+        escapes += e0 >> 31;
+        bw_add(&cw, e0 & ENC_CODE_MASK, (e0 >> 24) & 0x7f);
+        bw_flush(&cw);
+      }
+      uint64_t lane_end = 8 * (uint64_t)(cw.out - code) + cw.n;
+      put16(dst + 8 + 2 * t, (uint16_t)(lane_end - lane_start));
+      lane_start = lane_end;
+    }
+    const uint64_t code_bytes = bw_finish(&cw, code);
+    st->code_bits += lane_start; /* counted for raw fallbacks too: they measure the codebook's fit */
+    st->escapes += escapes;
+    const uint64_t size = LCT_CODED_CHUNK_HEADER + mant_bytes + code_bytes;
+    if (size >= raw_size) goto raw;
+    memset(dst, 0, 8);
     dst[0] = 1;
     dst[1] = (uint8_t)trim;
     put32(dst + 4, check);
-    for (unsigned t = 0; t < LCT_LANES; t++) {
-      uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS;
-      if (lo >= n) break;
-      uint64_t hi = lo + LCT_LANE_ELEMS < n ? lo + LCT_LANE_ELEMS : n, lane_bits = 0;
-      for (uint64_t i = lo; i < hi; i++) {
-        uint32_t x = lct__load_elem(src, i, width), sym = x >> m, ent = e->enc[sym];
-        if (__builtin_expect(!(ent >> 16), 0)) {
-          bw_put(&cw, e->esc & 0xffff, e->esc >> 16);
-          bw_put(&cw, sym, s);
-          lane_bits += (e->esc >> 16) + s;
-          escapes++;
-        } else {
-          bw_put(&cw, ent & 0xffff, ent >> 16);
-          lane_bits += ent >> 16;
-        }
-        if (keep) bw_put(&mw, (x & mmask) >> trim, keep);
-      }
-      put16(dst + 8 + 2 * t, (uint16_t)lane_bits);
-      total_bits += lane_bits;
-    }
-    bw_flush(&mw);
-    bw_flush(&cw);
-    st->code_bits += total_bits; /* counted for raw fallbacks too: they measure the codebook's fit */
-    st->escapes += escapes;
-    if (cw.out >= dst + raw_size) goto raw; /* not smaller than raw */
-    return (size_t)(cw.out - dst);
+    uint8_t *mant = dst + LCT_CODED_CHUNK_HEADER;
+    if (keep) pack_mantissas(src, n, width, m, trim, keep, mant, mant_bytes);
+    memcpy(mant + mant_bytes, code, code_bytes);
+    return (size_t)size;
   }
 raw:
   st->raw_chunks++;
   return encode_raw_chunk(src, n, width, check, dst);
 }
 
-static size_t encode_chunk_any(const encoder *e, const uint8_t *src, uint64_t n, uint64_t c, uint8_t *dst,
+HOT_CLONES static size_t encode_chunk_any(encoder *e, const uint8_t *src, uint64_t n, uint64_t c, uint8_t *dst,
                                lct_encode_stats *st) {
   switch (e->lay.width) {
   case 4: return encode_chunk(e, src, n, c, dst, st, 4);
@@ -195,8 +281,7 @@ int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_el
   memset(out + LCT_HEADER_BYTES, 0, table - LCT_HEADER_BYTES);
   if (cb_bytes) {
     lct_codebook_serialize(cb, out + LCT_HEADER_BYTES, cb_bytes);
-    for (unsigned sym = 0; sym < e.lay.n_syms; sym++) e.enc[sym] = cb->code[sym] | (uint32_t)cb->len[sym] << 16;
-    e.esc = e.enc[e.lay.n_syms - 1];
+    encoder_init(&e, cb);
   }
   put32(out + 24, header_check(out, cb_bytes));
 
@@ -269,6 +354,44 @@ typedef struct {
   uint16_t table[1 << LCT_MAX_CODE_LEN];
 } decoder;
 
+typedef struct {
+  const uint16_t *table;
+  const uint8_t *blob;
+  uint64_t len;
+  unsigned m, s, trim, keep, esc;
+  uint64_t kmask, smask;
+} lane_decoder;
+
+/* One element of a lane: its code at bit *pos, its kept mantissa at *mpos.
+ * An invalid code sets *bad and consumes nothing; the caller checks once. */
+static inline uint32_t decode_elem(const lane_decoder *ld, uint64_t *pos, uint64_t *mpos, uint32_t *bad,
+                                   const int in_bounds) {
+  /* in_bounds: the caller proved every read stays 8 bytes inside the blob */
+  uint64_t v = in_bounds ? get64(ld->blob + (*pos >> 3)) >> (*pos & 7) : peek64(ld->blob, ld->len, *pos);
+  uint32_t ent = ld->table[v & ((1u << LCT_MAX_CODE_LEN) - 1)];
+  *bad |= !ent;
+  uint32_t l = ent >> 11, sym = ent & 0x7ff;
+  *pos += l;
+  if (__builtin_expect(sym == ld->esc, 0)) {
+    sym = (uint32_t)((v >> l) & ld->smask);
+    *pos += ld->s;
+  }
+  uint64_t mv = in_bounds ? get64(ld->blob + (*mpos >> 3)) >> (*mpos & 7) : peek64(ld->blob, ld->len, *mpos);
+  uint32_t mant = (uint32_t)(mv & ld->kmask);
+  *mpos += ld->keep;
+  return sym << ld->m | mant << ld->trim;
+}
+
+static inline void store_elem(uint8_t *out, uint64_t i, uint32_t x, const unsigned width) {
+  if (width == 4) {
+    put32(out + 4 * i, x);
+  } else if (width == 2) {
+    put16(out + 2 * i, (uint16_t)x);
+  } else {
+    out[i] = (uint8_t)x;
+  }
+}
+
 /* Decodes one coded chunk (header already read) into out; the chunk's bytes
  * are blob[at, at + size). Returns 0 or a negative error. */
 static inline int decode_coded_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size,
@@ -290,40 +413,47 @@ static inline int decode_coded_chunk(const decoder *d, const uint8_t *blob, uint
   if (!zero_bits_after(blob + mant_at, mant_bytes, n * keep) || !zero_bits_after(blob + code_at, code_bytes, total))
     return LCT_ECORRUPT;
 
-  const uint64_t kmask = ((uint64_t)1 << keep) - 1, smask = ((uint64_t)1 << s) - 1;
   const uint64_t code_bit0 = code_at * 8, mant_bit0 = mant_at * 8;
-  for (unsigned t = 0; t < LCT_LANES; t++) {
-    uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS;
-    if (lo >= n) break;
-    uint64_t hi = lo + LCT_LANE_ELEMS < n ? lo + LCT_LANE_ELEMS : n;
-    uint64_t pos = code_bit0 + lane_start[t], mpos = mant_bit0 + lo * keep;
-    for (uint64_t i = lo; i < hi; i++) {
-      uint64_t v = peek64(blob, len, pos);
-      uint32_t ent = d->table[v & ((1u << LCT_MAX_CODE_LEN) - 1)];
-      if (__builtin_expect(!ent, 0)) return LCT_ECORRUPT;
-      uint32_t l = ent >> 11, sym = ent & 0x7ff;
-      pos += l;
-      if (__builtin_expect(sym == esc, 0)) {
-        sym = (uint32_t)((v >> l) & smask);
-        pos += s;
+  const lane_decoder ld = {d->table, blob, len, m, s, trim, keep, esc, ((uint64_t)1 << keep) - 1, ((uint64_t)1 << s) - 1};
+  /* Lanes are independent streams: decoding four at once overlaps their
+   * load-lookup-shift dependency chains. */
+  enum { GROUP = 4 };
+  for (unsigned g = 0; g < LCT_LANES && (uint64_t)g * LCT_LANE_ELEMS < n; g += GROUP) {
+    uint64_t pos[GROUP], mpos[GROUP], cnt[GROUP];
+    uint32_t bad = 0;
+    for (unsigned k = 0; k < GROUP; k++) {
+      uint64_t lo = (uint64_t)(g + k) * LCT_LANE_ELEMS;
+      cnt[k] = lo >= n ? 0 : (n - lo < LCT_LANE_ELEMS ? n - lo : LCT_LANE_ELEMS);
+      pos[k] = code_bit0 + lane_start[g + k];
+      mpos[k] = mant_bit0 + lo * keep;
+    }
+    /* A lane reads at most 22 bits per element past its start: when even the
+     * last lane of the group stays 8 bytes inside the blob, skip the checks. */
+    const int in_bounds = (pos[GROUP - 1] + LCT_LANE_ELEMS * (LCT_MAX_CODE_LEN + 10)) / 8 + 8 <= len;
+    uint8_t *lane_out = out + (uint64_t)g * LCT_LANE_ELEMS * width;
+    if (in_bounds) {
+      for (uint64_t j = 0; j < cnt[GROUP - 1]; j++) {
+        for (unsigned k = 0; k < GROUP; k++)
+          store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 1), width);
       }
-      uint32_t mant = (uint32_t)(peek64(blob, len, mpos) & kmask);
-      mpos += keep;
-      uint32_t x = sym << m | mant << trim;
-      if (width == 4) {
-        put32(out + 4 * i, x);
-      } else if (width == 2) {
-        put16(out + 2 * i, (uint16_t)x);
-      } else {
-        out[i] = (uint8_t)x;
+    } else {
+      for (uint64_t j = 0; j < cnt[GROUP - 1]; j++) {
+        for (unsigned k = 0; k < GROUP; k++)
+          store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
       }
     }
-    if (pos != code_bit0 + lane_start[t + 1]) return LCT_ECORRUPT;
+    for (unsigned k = 0; k < GROUP; k++) {
+      for (uint64_t j = cnt[GROUP - 1]; j < cnt[k]; j++) {
+        store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
+      }
+      if (pos[k] != code_bit0 + lane_start[g + k + 1]) bad = 1;
+    }
+    if (bad) return LCT_ECORRUPT;
   }
   return 0;
 }
 
-static int decode_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size, uint64_t n,
+HOT_CLONES static int decode_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size, uint64_t n,
                         uint64_t c, uint8_t *out) {
   const unsigned w = d->lay.width;
   const uint8_t *ch = blob + at;

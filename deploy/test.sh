@@ -8,7 +8,7 @@ deploy/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure
-cmake -S . -B build-asan -DLCT_SANITIZE=ON -DLCT_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
+cmake -S . -B build-asan -DLCT_SANITIZE=ON -DLCT_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure
 echo "all tests passed"

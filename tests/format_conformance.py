@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""format_conformance.py — a second, independent decoder of proto/FORMAT.md, run on the golden blobs.
+
+It is written from the specification alone (plain Python, no shared code with
+the C codec) and decodes every tests/data/golden/*.lct back to its .in file,
+so the document is shown to be complete and the reference codec to follow it.
+"""
+import pathlib
+import struct
+import sys
+
+DTYPES = {0: ("raw", 1, 0), 1: ("f32", 4, 10), 2: ("bf16", 2, 10), 3: ("f16", 2, 7),
+          4: ("f8e4m3", 1, 6), 5: ("f8e5m2", 1, 7)}
+CHUNK, LANES, LANE, MAXLEN = 16384, 32, 512, 12
+
+
+def check(data, base):
+    data = data + b"\0" * (-len(data) % 4)
+    h = 0
+    for j, (w,) in enumerate(struct.iter_unpack("<I", data)):
+        h += w * ((2 * (base + j) + 1) * 0x9E3779B1)
+    return h % (1 << 32)
+
+
+class Bits:
+    def __init__(self, data, start_bit):
+        self.v, self.pos = int.from_bytes(data, "little"), start_bit
+
+    def read(self, n):
+        x = (self.v >> self.pos) & ((1 << n) - 1)
+        self.pos += n
+        return x
+
+
+def canonical_codes(lens):
+    """{(length, code as read LSB-first from the stream): symbol}"""
+    table, code, prev = {}, 0, 0
+    for sym in sorted((s for s in range(len(lens)) if lens[s]), key=lambda s: (lens[s], s)):
+        code <<= lens[sym] - prev
+        prev = lens[sym]
+        table[(prev, int(format(code, f"0{prev}b")[::-1], 2))] = sym
+        code += 1
+    return table
+
+
+def decode(blob):
+    assert blob[:4] == b"LCTZ" and blob[4] == 1 and blob[6] == MAXLEN and blob[7] == 0
+    name, w, s = DTYPES[blob[5]]
+    n_elems, n_chunks, cb_bytes, hcheck, reserved, size = struct.unpack_from("<QIIIIQ", blob, 8)
+    assert size == len(blob) and reserved == 0 and n_chunks == -(-n_elems // CHUNK)
+    assert hcheck == check(blob[:24] + blob[40:40 + cb_bytes], 0)
+    n_syms = (1 << s) + 1 if s else 0
+    assert cb_bytes == (n_syms + 1) // 2
+    lens = [(blob[40 + i // 2] >> (4 * (i & 1))) & 15 for i in range(n_syms)]
+    codes = canonical_codes(lens)
+    table = 40 + cb_bytes + (-cb_bytes % 8)
+    offsets = list(struct.unpack_from(f"<{n_chunks}Q", blob, table)) + [size]
+    assert not n_chunks or offsets[0] == table + 8 * n_chunks
+    m = 8 * w - s
+    out = bytearray()
+    for c in range(n_chunks):
+        ch = blob[offsets[c]:offsets[c + 1]]
+        n = min(CHUNK, n_elems - c * CHUNK)
+        mode, trim = ch[0], ch[1]
+        if mode == 0:
+            raw = ch[8:8 + n * w]
+        else:
+            lane_bits = struct.unpack_from("<32H", ch, 8)
+            keep = m - trim
+            mant_bytes = -(-(n * keep) // 8)
+            mant_bytes += -mant_bytes % 4
+            mant = Bits(ch[72:72 + mant_bytes], 0)
+            code = Bits(ch[72 + mant_bytes:], 0)
+            vals = []
+            for t in range(LANES):
+                lane_start = code.pos
+                for _ in range(max(0, min(LANE, n - t * LANE))):
+                    length, bits = 1, code.read(1)
+                    while (length, bits) not in codes:
+                        bits |= code.read(1) << length
+                        length += 1
+                        assert length <= MAXLEN, "invalid code"
+                    sym = codes[(length, bits)]
+                    if sym == n_syms - 1:
+                        sym = code.read(s)
+                    vals.append(sym)
+                assert code.pos - lane_start == lane_bits[t]
+            raw = b"".join(((sym << m) | (mant.read(keep) << trim)).to_bytes(w, "little") for sym in vals)
+        assert check(raw, c * CHUNK * w // 4) == struct.unpack_from("<I", ch, 4)[0]
+        out += raw
+    return bytes(out)
+
+
+def main(golden_dir):
+    blobs = sorted(pathlib.Path(golden_dir).glob("*.lct"))
+    assert blobs, "no golden blobs"
+    for blob in blobs:
+        expected = blob.with_suffix(".in").read_bytes()
+        got = decode(blob.read_bytes())
+        assert got == expected, f"{blob.name}: decoded bytes differ"
+        print(f"{blob.name}: ok ({len(expected)} bytes)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent / "data" / "golden")

@@ -13,6 +13,16 @@ typedef struct {
 
 int cli_pack(int argc, char **argv);
 int cli_unpack(int argc, char **argv);
+/* Remote subcommands (cli_remote.c): they talk to lctd through liblct. */
+int cli_put(int argc, char **argv);
+int cli_get(int argc, char **argv);
+int cli_rm(int argc, char **argv);
+int cli_ls(int argc, char **argv);
+int cli_stat(int argc, char **argv);
+int cli_stats(int argc, char **argv);
+int cli_ping(int argc, char **argv);
+/* lctd endpoint from --endpoint; NULL: $LCT_ENDPOINT or the default. */
+extern const char *cli_endpoint;
 
 /* Prints "lct: <message>" on stderr; returns 1 (the exit status). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -7,18 +7,38 @@
 static const cli_command commands[] = {
     {"pack", "pack [--dtype DT] IN OUT    compress a raw tensor file (no daemon)", cli_pack},
     {"unpack", "unpack IN OUT               restore the exact bytes of a packed file", cli_unpack},
+    {"put", "put KEY FILE [--dtype DT] [--shape AxBxC]   store a raw or .npy file in lctd", cli_put},
+    {"get", "get KEY OUT                 fetch a tensor (OUT ending in .npy gets a NumPy header)", cli_get},
+    {"rm", "rm KEY                      delete a tensor", cli_rm},
+    {"ls", "ls [PREFIX] [--limit N]     list tensors: dtype, shape, raw, stored, ratio, version, key", cli_ls},
+    {"stat", "stat KEY                    show a tensor's metadata", cli_stat},
+    {"stats", "stats                       server counters (Prometheus text)", cli_stats},
+    {"ping", "ping                        check that lctd answers", cli_ping},
 };
 
 static int usage(FILE *to) {
-  fputs("usage: lct COMMAND [ARGS]\n\ncommands:\n", to);
+  fputs("usage: lct [--endpoint EP] COMMAND [ARGS]\n\ncommands:\n", to);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(to, "  %s\n", commands[i].usage);
   fputs("\nDT is f32, bf16, f16, f8e4m3, f8e5m2 or raw; by default it comes from a .f32. / .bf16. / ... infix\n"
-        "in the input file name.\n",
+        "in the input file name (or the .npy header).\n"
+        "EP is lctd's nanomsg endpoint (tcp://HOST:PORT or ipc:///PATH); default $LCT_ENDPOINT, else\n"
+        "ipc:///tmp/lctd.sock.\n",
         to);
   return to == stderr ? 2 : 0;
 }
 
 int main(int argc, char **argv) {
+  while (argc >= 2 && strncmp(argv[1], "--endpoint", 10) == 0) {
+    if (argv[1][10] == '=') {
+      cli_endpoint = argv[1] + 11;
+    } else if (argv[1][10] == '\0' && argc >= 3) {
+      cli_endpoint = argv[2];
+      argc--, argv++;
+    } else {
+      return usage(stderr);
+    }
+    argc--, argv++;
+  }
   if (argc < 2) return usage(stderr);
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return usage(stdout);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

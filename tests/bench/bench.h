@@ -7,6 +7,10 @@
 #include <stdio.h>
 
 int bench_codec(int argc, char **argv);
+int bench_service(int argc, char **argv);
+#ifdef LCT_BENCH_GPU
+int bench_gpu(int argc, char **argv);
+#endif
 
 /* Monotonic seconds. */
 double bench_now(void);

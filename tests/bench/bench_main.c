@@ -9,6 +9,12 @@ static const struct {
   int (*run)(int argc, char **argv);
 } benches[] = {
     {"codec", "codec [--json] [--out FILE] FILE...   CPU codec: ratio vs order-0 bound and zstd, GB/s", bench_codec},
+    {"service", "service [--backend B] [--sizes MiB,...] [--reps N] [--data FILE] [--out FILE]   lctd vs redis",
+     bench_service},
+#ifdef LCT_BENCH_GPU
+    {"gpu", "gpu [--json] [--out FILE] [--data DIR] [--sizes MiB,...] [--reps N]   GPU codec vs same-run memcpy",
+     bench_gpu},
+#endif
 };
 
 int main(int argc, char **argv) {

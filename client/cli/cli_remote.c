@@ -1,0 +1,342 @@
+/* cli_remote.c — `lct put/get/rm/ls/stat/stats/ping`: talk to a running lctd through liblct.
+ *
+ * Files are raw bytes or .npy. NumPy has no bfloat16 or float8: `get` writes
+ * bf16 tensors with descr '|V2' and f8 tensors with '|V1' (view them with
+ * ml_dtypes, e.g. a.view(ml_dtypes.bfloat16)); `put` reads '|V2' / '<V2' as
+ * bf16 and needs --dtype for '|V1'. A .npy of any other dtype (int32, float64,
+ * ...) is stored as dtype raw with the item size as a last dimension, and
+ * comes back as '|u1' with that shape. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "cli_npy.h"
+#include "lct.h"
+
+const char *cli_endpoint;
+
+/* Options every remote command accepts, and its positional arguments. */
+typedef struct remote_args {
+  const char *pos[3];
+  int npos;
+  const char *dtype;
+  const char *shape;
+  long limit;
+} remote_args;
+
+static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
+  memset(a, 0, sizeof *a);
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    const char **slot = NULL;
+    if (strcmp(arg, "--endpoint") == 0) slot = &cli_endpoint;
+    else if (strcmp(arg, "--dtype") == 0) slot = &a->dtype;
+    else if (strcmp(arg, "--shape") == 0) slot = &a->shape;
+    else if (strcmp(arg, "--limit") == 0) {
+      if (i + 1 >= argc || (a->limit = strtol(argv[++i], NULL, 10)) <= 0)
+        return cli_fail("%s: --limit needs a positive number", argv[0]);
+      continue;
+    } else if (arg[0] == '-' && arg[1] == '-') {
+      return cli_fail("%s: unknown option '%s'", argv[0], arg);
+    } else if (a->npos < max_pos) {
+      a->pos[a->npos++] = arg;
+      continue;
+    } else {
+      return cli_fail("%s: unexpected argument '%s'", argv[0], arg);
+    }
+    if (i + 1 >= argc) return cli_fail("%s: %s needs a value", argv[0], arg);
+    *slot = argv[++i];
+  }
+  return 0;
+}
+
+static int remote_connect(const char *cmd, lct_client **c) {
+  lct_options o = {0};
+  o.endpoint = cli_endpoint;
+  int rc = lct_connect(&o, c);
+  if (rc != 0) {
+    const char *ep = cli_endpoint ? cli_endpoint : getenv("LCT_ENDPOINT");
+    return cli_fail("%s: cannot reach lctd at %s: %s", cmd, ep && *ep ? ep : LCT_DEFAULT_ENDPOINT,
+                    lct_strerror(rc));
+  }
+  return 0;
+}
+
+static int remote_fail(const char *cmd, const char *key, lct_client *c, int rc) {
+  const char *detail = lct_last_error(c);
+  if (strcmp(detail, lct_strerror(rc)) == 0) detail = "";
+  int status = cli_fail("%s%s%s: %s%s%s", cmd, *key ? " " : "", key, lct_strerror(rc), *detail ? ": " : "", detail);
+  lct_close(c);
+  return status;
+}
+
+static void format_shape(const lct_tensor_info *info, char *buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < info->ndim && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%" PRIu64, i ? "," : "", info->shape[i]);
+  if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+static double ratio(const lct_tensor_info *info) {
+  return info->stored_bytes ? (double)info->raw_bytes / (double)info->stored_bytes : 0.0;
+}
+
+/* "4096x1024" or "4096,1024"; "" is a scalar. Returns the rank or -1. */
+static int parse_shape(const char *text, uint64_t *shape) {
+  int n = 0;
+  const char *p = text;
+  while (*p) {
+    if (n == LCT_MAX_DIMS || *p < '0' || *p > '9') return -1;
+    char *end;
+    errno = 0;
+    shape[n++] = strtoull(p, &end, 10);
+    if (errno) return -1;
+    p = end;
+    if (*p == 'x' || *p == 'X' || *p == ',') {
+      p++;
+      if (!*p) return -1;
+    } else if (*p) {
+      return -1;
+    }
+  }
+  return n;
+}
+
+int cli_put(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 2, &a)) return 1;
+  if (a.npos != 2) return cli_fail("usage: lct put KEY FILE [--dtype DT] [--shape AxBxC]");
+  const char *key = a.pos[0], *path = a.pos[1];
+  uint8_t *buf;
+  size_t len;
+  int err = cli_read_file(path, &buf, &len);
+  if (err) return cli_fail("put: %s: %s", path, strerror(err));
+
+  int dtype = -1, ndim = -1;
+  uint64_t shape[LCT_MAX_DIMS];
+  const uint8_t *data = buf;
+  size_t bytes = len;
+  if (a.dtype) {
+    lct_dtype d;
+    if (lct_dtype_parse(a.dtype, &d) != 0) {
+      free(buf);
+      return cli_fail("put: unknown dtype '%s' (f32, bf16, f16, f8e4m3, f8e5m2, raw)", a.dtype);
+    }
+    dtype = d;
+  }
+  if (cli_npy_is(buf, len)) {
+    cli_npy npy;
+    const char *why = cli_npy_parse(buf, len, &npy);
+    if (why) {
+      free(buf);
+      return cli_fail("put: %s: %s", path, why);
+    }
+    data = buf + npy.data_offset;
+    bytes = len - npy.data_offset;
+    ndim = npy.ndim;
+    memcpy(shape, npy.shape, sizeof shape);
+    if (dtype < 0 && npy.dtype < 0 && npy.descr[1] == 'V' && npy.itemsize == 1) {
+      free(buf);
+      return cli_fail("put: %s: descr '%s' is ambiguous: give --dtype (f8e4m3, f8e5m2 or raw)", path, npy.descr);
+    }
+    if (dtype < 0) dtype = npy.dtype >= 0 ? npy.dtype : LCT_DTYPE_RAW;
+    if (dtype == LCT_DTYPE_RAW && npy.itemsize > 1) {
+      /* No lct equivalent: raw bytes, the item size as the last dimension. */
+      if (ndim == LCT_MAX_DIMS) {
+        free(buf);
+        return cli_fail("put: %s: too many dimensions to store descr '%s' as raw", path, npy.descr);
+      }
+      shape[ndim++] = npy.itemsize;
+    } else if (dtype != LCT_DTYPE_RAW && lct_dtype_size(dtype) != npy.itemsize) {
+      free(buf);
+      return cli_fail("put: %s: descr '%s' does not hold %s elements", path, npy.descr, lct_dtype_name(dtype));
+    }
+  } else if (dtype < 0 && (dtype = cli_dtype_from_name(path)) < 0) {
+    free(buf);
+    return cli_fail("put: cannot tell the dtype of '%s' from its name: give --dtype", path);
+  }
+  if (a.shape) {
+    if ((ndim = parse_shape(a.shape, shape)) < 0) {
+      free(buf);
+      return cli_fail("put: bad --shape '%s' (like 4096x1024, at most %d dims)", a.shape, LCT_MAX_DIMS);
+    }
+  } else if (ndim < 0) {
+    size_t w = lct_dtype_size(dtype);
+    if (bytes % w != 0) {
+      free(buf);
+      return cli_fail("put: %s: %zu bytes is not a whole number of %s elements", path, bytes, lct_dtype_name(dtype));
+    }
+    ndim = 1;
+    shape[0] = bytes / w;
+  }
+
+  lct_client *c;
+  if (remote_connect("put", &c)) {
+    free(buf);
+    return 1;
+  }
+  lct_tensor_info info;
+  int rc = lct_put(c, key, dtype, shape, ndim, data, bytes, &info);
+  free(buf);
+  if (rc) return remote_fail("put", key, c, rc);
+  char sh[128];
+  format_shape(&info, sh, sizeof sh);
+  printf("%s: version %" PRIu64 ", %s %s, %" PRIu64 " bytes stored as %" PRIu64 " (ratio %.3f)\n", key,
+         info.version, lct_dtype_name(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info));
+  lct_close(c);
+  return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static const char *npy_descr(int dtype) {
+  switch (dtype) {
+  case LCT_DTYPE_F32: return "<f4";
+  case LCT_DTYPE_F16: return "<f2";
+  case LCT_DTYPE_BF16: return "|V2";
+  case LCT_DTYPE_F8E4M3:
+  case LCT_DTYPE_F8E5M2: return "|V1";
+  default: return "|u1";
+  }
+}
+
+int cli_get(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 2, &a)) return 1;
+  if (a.npos != 2) return cli_fail("usage: lct get KEY OUT   (OUT ending in .npy gets a NumPy header)");
+  const char *key = a.pos[0], *out = a.pos[1];
+  lct_client *c;
+  if (remote_connect("get", &c)) return 1;
+  void *data;
+  lct_tensor_info info;
+  int rc = lct_get_alloc(c, key, &data, &info);
+  if (rc) return remote_fail("get", key, c, rc);
+  lct_close(c);
+  int err;
+  if (ends_with(out, ".npy")) {
+    uint8_t header[1024];
+    size_t h = cli_npy_header(npy_descr(info.dtype), info.shape, info.ndim, header, sizeof header);
+    uint8_t *file = malloc(h + info.raw_bytes);
+    if (!h || !file) {
+      free(data);
+      free(file);
+      return cli_fail("get: %s: out of memory", out);
+    }
+    memcpy(file, header, h);
+    memcpy(file + h, data, info.raw_bytes);
+    err = cli_write_file(out, file, h + info.raw_bytes);
+    free(file);
+  } else {
+    err = cli_write_file(out, data, info.raw_bytes);
+  }
+  free(data);
+  if (err) return cli_fail("get: %s: %s", out, strerror(err));
+  char sh[128];
+  format_shape(&info, sh, sizeof sh);
+  printf("%s: version %" PRIu64 ", %s %s, %" PRIu64 " bytes -> %s\n", key, info.version,
+         lct_dtype_name(info.dtype), sh, info.raw_bytes, out);
+  return 0;
+}
+
+int cli_rm(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 1, &a)) return 1;
+  if (a.npos != 1) return cli_fail("usage: lct rm KEY");
+  lct_client *c;
+  if (remote_connect("rm", &c)) return 1;
+  int rc = lct_delete(c, a.pos[0]);
+  if (rc) return remote_fail("rm", a.pos[0], c, rc);
+  lct_close(c);
+  return 0;
+}
+
+int cli_stat(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 1, &a)) return 1;
+  if (a.npos != 1) return cli_fail("usage: lct stat KEY");
+  lct_client *c;
+  if (remote_connect("stat", &c)) return 1;
+  lct_tensor_info info;
+  int rc = lct_stat(c, a.pos[0], &info);
+  if (rc) return remote_fail("stat", a.pos[0], c, rc);
+  lct_close(c);
+  char sh[128];
+  format_shape(&info, sh, sizeof sh);
+  printf("key:          %s\ndtype:        %s\nshape:        %s\nraw bytes:    %" PRIu64
+         "\nstored bytes: %" PRIu64 "\nratio:        %.4f\nversion:      %" PRIu64
+         "\nchecksum:     %08" PRIx32 " (crc32c)\n",
+         a.pos[0], lct_dtype_name(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info),
+         info.version, info.checksum);
+  return 0;
+}
+
+int cli_ls(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 1, &a)) return 1;
+  const char *prefix = a.npos ? a.pos[0] : NULL;
+  lct_client *c;
+  if (remote_connect("ls", &c)) return 1;
+  char *cursor = NULL;
+  long left = a.limit > 0 ? a.limit : -1;
+  int rc = 0;
+  do {
+    lct_list_page *page;
+    size_t want = left > 0 && left < 512 ? (size_t)left : 512;
+    if ((rc = lct_list(c, prefix, cursor, want, &page)) != 0) break;
+    for (size_t i = 0; i < page->n; i++) {
+      const lct_tensor_info *info = &page->entries[i].info;
+      char sh[128];
+      format_shape(info, sh, sizeof sh);
+      printf("%-6s %-20s %12" PRIu64 " %12" PRIu64 " %6.3f %6" PRIu64 "  %s\n", lct_dtype_name(info->dtype), sh,
+             info->raw_bytes, info->stored_bytes, ratio(info), info->version, page->entries[i].key);
+    }
+    if (left > 0) left -= (long)page->n;
+    free(cursor);
+    cursor = page->next_cursor;
+    page->next_cursor = NULL;
+    lct_list_free(page);
+  } while (cursor && left != 0);
+  free(cursor);
+  if (rc) return remote_fail("ls", prefix ? prefix : "", c, rc);
+  lct_close(c);
+  return 0;
+}
+
+int cli_stats(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 0, &a)) return 1;
+  lct_client *c;
+  if (remote_connect("stats", &c)) return 1;
+  char *text;
+  int rc = lct_stats(c, NULL, &text);
+  if (rc) return remote_fail("stats", "", c, rc);
+  lct_close(c);
+  fputs(text, stdout);
+  free(text);
+  return 0;
+}
+
+int cli_ping(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 0, &a)) return 1;
+  lct_client *c;
+  if (remote_connect("ping", &c)) return 1;
+  lct_server_info info;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = lct_ping(c, &info);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (rc) return remote_fail("ping", "", c, rc);
+  lct_close(c);
+  double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+  printf("%s, backend %s, protocol %d, frame %" PRIu64 " bytes: %.0f us\n", info.server, info.backend,
+         info.protocol, info.frame_bytes, us);
+  return 0;
+}

@@ -1,0 +1,111 @@
+/* lct.h — liblct: the client of lctd, which keeps named tensors losslessly compressed in (GPU or host) memory. */
+#ifndef LCT_H
+#define LCT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lct_codec.h" /* lct_dtype, lct_dtype_size/name/parse */
+#include "lct_error.h" /* LCT_E* codes, lct_strerror */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LCT_DEFAULT_ENDPOINT "ipc:///tmp/lctd.sock"
+#define LCT_MAX_DIMS 8 /* most dimensions of a tensor's shape */
+
+/* A connection to one lctd. Not thread-safe: use one client per thread.
+ * Every function returns 0 or a negative LCT_E* code; lct_strerror() names
+ * it and lct_last_error() gives the detail (often the server's words). */
+typedef struct lct_client lct_client;
+
+typedef struct lct_options {
+  const char *endpoint;   /* NULL: $LCT_ENDPOINT, else LCT_DEFAULT_ENDPOINT; "tcp://host:port" or "ipc:///path" */
+  int timeout_ms;         /* per request; 0: 30000; negative: wait forever */
+  int connect_timeout_ms; /* for the ping lct_connect sends; 0: 5000 */
+  size_t frame_bytes;     /* payload bytes per message; 0: 16 MiB. Lowered to the server's
+                             limit; tensors larger than a frame travel in several */
+} lct_options;
+
+/* What the server holds for a key. */
+typedef struct lct_tensor_info {
+  int dtype;                      /* lct_dtype */
+  int ndim;
+  uint64_t shape[LCT_MAX_DIMS];
+  uint64_t raw_bytes;             /* product(shape) * lct_dtype_size(dtype) */
+  uint64_t stored_bytes;          /* compressed bytes resident in the server */
+  uint64_t version;               /* increases with every put of the key */
+  uint32_t checksum;              /* CRC-32C of the raw bytes */
+} lct_tensor_info;
+
+/* Connects and pings the server: LCT_ECONN if it does not answer within
+ * connect_timeout_ms, LCT_EINVAL for a malformed endpoint. opts may be NULL. */
+int lct_connect(const lct_options *opts, lct_client **out);
+void lct_close(lct_client *c);
+/* Detail of the last failure on c ("" if none); valid until the next call. */
+const char *lct_last_error(const lct_client *c);
+
+/* Stores bytes bytes of host memory data as key, atomically: the tensor is
+ * visible only once complete, and a failed put (LCT_ENOSPC when the server's
+ * pool is full, a lost connection, ...) leaves the previous version intact.
+ * bytes must equal product(shape[0..ndim)) * lct_dtype_size(dtype) (ndim 0
+ * is a scalar). Keys are 1..1024 bytes. info, if not NULL, receives what was
+ * stored (version, stored_bytes, ...). */
+int lct_put(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
+            const void *data, size_t bytes, lct_tensor_info *info);
+
+/* Reads key into buf (cap bytes); LCT_EBUFSIZE if it does not fit (info is
+ * filled then, so the caller can retry with info->raw_bytes). The checksum
+ * is verified (LCT_ECHECKSUM). info may be NULL. */
+int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info);
+/* Same, into a malloc'd buffer of info->raw_bytes bytes (free with free()). */
+int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
+
+/* LCT_ENOENT if the key does not exist. */
+int lct_delete(lct_client *c, const char *key);
+int lct_stat(lct_client *c, const char *key, lct_tensor_info *info);
+
+typedef struct lct_list_entry {
+  char *key;
+  lct_tensor_info info;
+} lct_list_entry;
+
+typedef struct lct_list_page {
+  size_t n;
+  lct_list_entry *entries; /* in bytewise key order */
+  char *next_cursor;       /* pass to the next lct_list; NULL on the last page */
+} lct_list_page;
+
+/* Keys starting with prefix (NULL: all) after cursor (NULL: from the start),
+ * at most limit (0: 100; the server caps it at 512). Free with lct_list_free. */
+int lct_list(lct_client *c, const char *prefix, const char *cursor, size_t limit,
+             lct_list_page **out);
+void lct_list_free(lct_list_page *page);
+
+typedef struct lct_server_stats {
+  uint64_t tensors, raw_bytes, stored_bytes;
+  uint64_t pool_capacity, pool_used;
+  uint64_t staging_bytes, pending_puts, puts_expired;
+  uint64_t codebook_builds, codebook_rebuilds;
+  uint64_t requests, errors, bytes_in, bytes_out;
+} lct_server_stats;
+
+/* Server counters; text, if not NULL, receives all of them as Prometheus
+ * text (malloc'd, NUL-terminated; free with free()). out may be NULL. */
+int lct_stats(lct_client *c, lct_server_stats *out, char **text);
+
+typedef struct lct_server_info {
+  char server[64];     /* "lctd 0.1.0" */
+  char backend[16];    /* "cpu" or "cuda" */
+  int protocol;        /* wire protocol version */
+  uint64_t frame_bytes; /* the server's frame limit */
+} lct_server_info;
+
+/* One round trip; info may be NULL. */
+int lct_ping(lct_client *c, lct_server_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

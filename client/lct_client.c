@@ -1,0 +1,560 @@
+/* lct_client.c — liblct: requests over a nanomsg REQ socket, large tensors in bounded frames, end-to-end checksums. */
+#include "lct.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <nanomsg/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_checksum.h"
+#include "lct_wire.h"
+
+#define LCT__TIMEOUT_DEFAULT 30000
+#define LCT__CONNECT_TIMEOUT_DEFAULT 5000
+#define LCT__STALE_RETRIES 3 /* whole-tensor restarts when a ranged read sees a newer version */
+#define LCT__SOCKET_BUFFER (1 << 20) /* NN_SNDBUF / NN_RCVBUF: 128 KiB slows tcp several-fold */
+
+_Static_assert(LCT_MAX_DIMS == 8, "lct.h and lct_wire.h agree on the rank limit");
+
+struct lct_client {
+  int sock;
+  size_t frame;          /* payload bytes per message, <= the server's */
+  uint8_t *hdr;          /* prefix + packed request header */
+  size_t hdr_cap;
+  char err[512];
+};
+
+/* A reply: the nanomsg buffer and its unpacked header. */
+typedef struct lct__reply {
+  void *msg;
+  Lctpb__Reply *hdr;
+  const uint8_t *payload;
+  size_t payload_len;
+} lct__reply;
+
+static void lct__reply_free(lct__reply *r) {
+  if (r->hdr != NULL)
+    lctpb__reply__free_unpacked(r->hdr, NULL);
+  if (r->msg != NULL)
+    nn_freemsg(r->msg);
+  memset(r, 0, sizeof *r);
+}
+
+static int lct__fail(lct_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int lct__fail(lct_client *c, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Sends one request (header plus optional payload) and waits for its reply.
+ * A reply with a nonzero status becomes its negative code, with the server's
+ * message in c->err. */
+static int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen,
+                     lct__reply *out) {
+  memset(out, 0, sizeof *out);
+  rq->payload_bytes = plen;
+  size_t hlen = lctpb__request__get_packed_size(rq);
+  if (hlen > LCT_WIRE_HEADER_MAX)
+    return lct__fail(c, LCT_E2BIG, "request header of %zu bytes", hlen);
+  if (LCT_WIRE_PREFIX_BYTES + hlen > c->hdr_cap) {
+    size_t cap = LCT_WIRE_PREFIX_BYTES + hlen + 256;
+    uint8_t *p = realloc(c->hdr, cap);
+    if (p == NULL)
+      return lct__fail(c, LCT_ENOMEM, "out of memory for a request header");
+    c->hdr = p;
+    c->hdr_cap = cap;
+  }
+  lct_wire_prefix(c->hdr, hlen);
+  lctpb__request__pack(rq, c->hdr + LCT_WIRE_PREFIX_BYTES);
+
+  struct nn_iovec iov[2] = {{c->hdr, LCT_WIRE_PREFIX_BYTES + hlen}, {(void *)payload, plen}};
+  struct nn_msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = iov;
+  mh.msg_iovlen = plen > 0 ? 2 : 1;
+  int rc;
+  while ((rc = nn_sendmsg(c->sock, &mh, 0)) < 0 && nn_errno() == EINTR)
+    ;
+  if (rc < 0) {
+    int e = nn_errno();
+    return lct__fail(c, e == ETIMEDOUT ? LCT_ETIMEDOUT : LCT_ECONN, "send: %s", nn_strerror(e));
+  }
+  void *msg = NULL;
+  int len;
+  while ((len = nn_recv(c->sock, &msg, NN_MSG, 0)) < 0 && nn_errno() == EINTR)
+    ;
+  if (len < 0) {
+    int e = nn_errno();
+    return lct__fail(c, e == ETIMEDOUT ? LCT_ETIMEDOUT : LCT_ECONN, "no reply: %s",
+                     nn_strerror(e));
+  }
+  lct_wire_frame f;
+  rc = lct_wire_split(msg, (size_t)len, &f);
+  if (rc == 0)
+    rc = lct_wire_reply_parse(&f, &out->hdr);
+  if (rc != 0) {
+    nn_freemsg(msg);
+    return lct__fail(c, rc, "malformed reply from the server");
+  }
+  out->msg = msg;
+  out->payload = f.payload;
+  out->payload_len = f.payload_len;
+  uint32_t status = out->hdr->status;
+  if (status == 0) {
+    c->err[0] = '\0';
+    return 0;
+  }
+  rc = status < 64 ? -(int)status : LCT_EPROTO;
+  lct__fail(c, rc, "%s", out->hdr->message != NULL ? out->hdr->message : lct_strerror(rc));
+  lct__reply_free(out);
+  return rc;
+}
+
+static int lct__key(lct_client *c, const char *key, Lctpb__Request *rq) {
+  size_t len = key != NULL ? strlen(key) : 0;
+  if (lct_wire_key_check((const uint8_t *)key, len) != 0)
+    return lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", LCT_KEY_MAX);
+  rq->has_key = 1;
+  rq->key.data = (uint8_t *)key;
+  rq->key.len = len;
+  return 0;
+}
+
+static void lct__info_of(const Lctpb__TensorMeta *m, lct_tensor_info *info) {
+  memset(info, 0, sizeof *info);
+  if (m == NULL)
+    return;
+  info->dtype = (int)m->dtype;
+  info->ndim = (int)m->n_shape; /* <= LCT_MAX_DIMS: lct_wire_reply_parse checked */
+  for (size_t i = 0; i < m->n_shape; i++)
+    info->shape[i] = m->shape[i];
+  info->raw_bytes = m->raw_bytes;
+  info->stored_bytes = m->stored_bytes;
+  info->version = m->version;
+  info->checksum = m->checksum;
+}
+
+int lct_connect(const lct_options *opts, lct_client **out) {
+  lct_options o = {0};
+  if (opts != NULL)
+    o = *opts;
+  if (o.endpoint == NULL)
+    o.endpoint = getenv("LCT_ENDPOINT");
+  if (o.endpoint == NULL || *o.endpoint == '\0')
+    o.endpoint = LCT_DEFAULT_ENDPOINT;
+  int timeout = o.timeout_ms == 0 ? LCT__TIMEOUT_DEFAULT : o.timeout_ms < 0 ? -1 : o.timeout_ms;
+  int connect_timeout =
+      o.connect_timeout_ms > 0 ? o.connect_timeout_ms : LCT__CONNECT_TIMEOUT_DEFAULT;
+  size_t frame = o.frame_bytes == 0 ? LCT_FRAME_DEFAULT : o.frame_bytes;
+  if (frame < LCT_FRAME_MIN || frame > LCT_FRAME_MAX)
+    return LCT_EINVAL;
+
+  lct_client *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return LCT_ENOMEM;
+  c->frame = frame;
+  int max_msg = lct_wire_msg_max(frame);
+  int resend = INT_MAX; /* no silent resends: a put chunk is not idempotent */
+  int one = 1, buf = LCT__SOCKET_BUFFER;
+  if ((c->sock = nn_socket(AF_SP, NN_REQ)) < 0) {
+    free(c);
+    return LCT_ENOMEM;
+  }
+  if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_msg, sizeof max_msg) < 0 ||
+      nn_setsockopt(c->sock, NN_REQ, NN_REQ_RESEND_IVL, &resend, sizeof resend) < 0 ||
+      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf) < 0 ||
+      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf) < 0 ||
+      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &connect_timeout, sizeof(int)) < 0 ||
+      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &connect_timeout, sizeof(int)) < 0 ||
+      (strncmp(o.endpoint, "tcp://", 6) == 0 &&
+       nn_setsockopt(c->sock, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0) ||
+      nn_connect(c->sock, o.endpoint) < 0) {
+    nn_close(c->sock);
+    free(c);
+    return LCT_EINVAL;
+  }
+  lct_server_info info;
+  int rc = lct_ping(c, &info);
+  if (rc == 0 && info.protocol != LCT_WIRE_VERSION)
+    rc = LCT_EVERSION;
+  if (rc == 0 && (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &timeout, sizeof(int)) < 0 ||
+                  nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &timeout, sizeof(int)) < 0))
+    rc = LCT_EINVAL;
+  if (rc != 0) {
+    lct_close(c);
+    return rc == LCT_ETIMEDOUT ? LCT_ECONN : rc;
+  }
+  if (info.frame_bytes >= LCT_FRAME_MIN && info.frame_bytes < c->frame)
+    c->frame = info.frame_bytes;
+  *out = c;
+  return 0;
+}
+
+void lct_close(lct_client *c) {
+  if (c == NULL)
+    return;
+  nn_close(c->sock);
+  free(c->hdr);
+  free(c);
+}
+
+const char *lct_last_error(const lct_client *c) { return c != NULL ? c->err : ""; }
+
+int lct_ping(lct_client *c, lct_server_info *info) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_PING;
+  lct__reply r;
+  int rc = lct__call(c, &rq, NULL, 0, &r);
+  if (rc != 0)
+    return rc;
+  const Lctpb__ServerInfo *si = r.hdr->info;
+  if (si == NULL) {
+    lct__reply_free(&r);
+    return lct__fail(c, LCT_EPROTO, "ping reply without server info");
+  }
+  if (info != NULL) {
+    memset(info, 0, sizeof *info);
+    snprintf(info->server, sizeof info->server, "%s", si->server);
+    snprintf(info->backend, sizeof info->backend, "%s", si->backend);
+    info->protocol = (int)si->protocol;
+    info->frame_bytes = si->frame_bytes;
+  }
+  lct__reply_free(&r);
+  return 0;
+}
+
+/* ---- put ---------------------------------------------------------------- */
+
+static int lct__put_meta(lct_client *c, int dtype, const uint64_t *shape, int ndim, size_t bytes,
+                         Lctpb__TensorMeta *m) {
+  size_t w = lct_dtype_size(dtype);
+  if (w == 0)
+    return lct__fail(c, LCT_EDTYPE, "unknown dtype %d", dtype);
+  if (ndim < 0 || ndim > LCT_MAX_DIMS || (ndim > 0 && shape == NULL))
+    return lct__fail(c, LCT_EINVAL, "ndim %d outside 0..%d", ndim, LCT_MAX_DIMS);
+  uint64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] != 0 && n > UINT64_MAX / shape[i])
+      return lct__fail(c, LCT_E2BIG, "shape product overflows");
+    n *= shape[i];
+  }
+  if (n > UINT64_MAX / w || n * w != bytes)
+    return lct__fail(c, LCT_ESIZE, "%zu bytes given; dtype %s and shape make %llu elements", bytes,
+                     lct_dtype_name(dtype), (unsigned long long)n);
+  lctpb__tensor_meta__init(m);
+  m->has_dtype = 1;
+  m->dtype = (uint32_t)dtype;
+  m->n_shape = (size_t)ndim;
+  m->shape = (uint64_t *)shape;
+  m->has_raw_bytes = 1;
+  m->raw_bytes = bytes;
+  return 0;
+}
+
+int lct_put(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
+            const void *data, size_t bytes, lct_tensor_info *info) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  Lctpb__TensorMeta m;
+  int rc;
+  if ((rc = lct__key(c, key, &rq)) != 0 || (rc = lct__put_meta(c, dtype, shape, ndim, bytes, &m)))
+    return rc;
+  if (data == NULL && bytes > 0)
+    return lct__fail(c, LCT_EINVAL, "no data");
+  m.has_checksum = 1;
+  m.checksum = lct_crc32c(0, data, bytes);
+  rq.meta = &m;
+  lct__reply r;
+  if (bytes <= c->frame) {
+    rq.op = LCTPB__OP__OP_PUT;
+    if ((rc = lct__call(c, &rq, data, bytes, &r)) != 0)
+      return rc;
+  } else {
+    rq.op = LCTPB__OP__OP_PUT_BEGIN;
+    if ((rc = lct__call(c, &rq, NULL, 0, &r)) != 0)
+      return rc;
+    if (!r.hdr->has_put_id) {
+      lct__reply_free(&r);
+      return lct__fail(c, LCT_EPROTO, "put-begin reply without a put id");
+    }
+    Lctpb__Request ch = LCTPB__REQUEST__INIT;
+    ch.has_put_id = 1;
+    ch.put_id = r.hdr->put_id;
+    lct__reply_free(&r);
+    ch.op = LCTPB__OP__OP_PUT_CHUNK;
+    ch.has_offset = 1;
+    for (size_t off = 0; off < bytes; off += c->frame) {
+      size_t n = bytes - off < c->frame ? bytes - off : c->frame;
+      ch.offset = off;
+      if ((rc = lct__call(c, &ch, (const uint8_t *)data + off, n, &r)) != 0)
+        break;
+      lct__reply_free(&r);
+    }
+    if (rc == 0) {
+      ch.op = LCTPB__OP__OP_PUT_COMMIT;
+      ch.has_offset = 0;
+      rc = lct__call(c, &ch, NULL, 0, &r);
+    }
+    if (rc != 0) {
+      /* Best effort: free the server's staging now rather than at put-timeout. */
+      char saved[sizeof c->err];
+      memcpy(saved, c->err, sizeof saved);
+      lct__reply abort_reply;
+      ch.op = LCTPB__OP__OP_PUT_ABORT;
+      ch.has_offset = 0;
+      if (rc != LCT_ETIMEDOUT && rc != LCT_ECONN && lct__call(c, &ch, NULL, 0, &abort_reply) == 0)
+        lct__reply_free(&abort_reply);
+      memcpy(c->err, saved, sizeof saved);
+      return rc;
+    }
+  }
+  if (info != NULL)
+    lct__info_of(r.hdr->meta, info);
+  lct__reply_free(&r);
+  return 0;
+}
+
+/* ---- get ---------------------------------------------------------------- */
+
+/* Reads the whole tensor, frame by frame. With alloc, *data receives a new
+ * buffer; else the bytes go to buf (cap bytes). */
+static int lct__get_once(lct_client *c, const char *key, void *buf, size_t cap, int alloc,
+                         void **data, lct_tensor_info *info) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  int rc = lct__key(c, key, &rq);
+  if (rc != 0)
+    return rc;
+  rq.op = LCTPB__OP__OP_GET;
+  rq.has_offset = 1;
+  rq.has_length = 1;
+  uint8_t *dst = alloc ? NULL : buf;
+  uint64_t off = 0, total = 0;
+  uint32_t crc = 0;
+  lct_tensor_info first;
+  memset(&first, 0, sizeof first);
+  for (;;) {
+    rq.offset = off;
+    /* The first request asks only what fits, so a small cap costs no transfer. */
+    rq.length = !alloc && off == 0 && cap < c->frame ? cap : c->frame;
+    lct__reply r;
+    if ((rc = lct__call(c, &rq, NULL, 0, &r)) != 0)
+      break;
+    const Lctpb__TensorMeta *m = r.hdr->meta;
+    if (m == NULL || !r.hdr->has_offset || r.hdr->offset != off ||
+        r.payload_len > (m->raw_bytes - (off < m->raw_bytes ? off : m->raw_bytes)) ||
+        (off > 0 && (m->version != first.version || m->raw_bytes != total))) {
+      lct__reply_free(&r);
+      rc = lct__fail(c, LCT_EPROTO, "reply does not match the ranged get");
+      break;
+    }
+    if (off == 0) {
+      lct__info_of(m, &first);
+      total = m->raw_bytes;
+      if (info != NULL)
+        *info = first;
+      if (alloc) {
+        if (total > SIZE_MAX || (dst = malloc(total ? (size_t)total : 1)) == NULL) {
+          lct__reply_free(&r);
+          rc = lct__fail(c, LCT_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)total);
+          break;
+        }
+      } else if (total > cap) {
+        lct__reply_free(&r);
+        rc = lct__fail(c, LCT_EBUFSIZE, "tensor is %llu bytes; buffer holds %zu",
+                       (unsigned long long)total, cap);
+        break;
+      }
+      rq.has_version = 1;
+      rq.version = first.version;
+    }
+    if (r.payload_len == 0 && off < total) {
+      lct__reply_free(&r);
+      rc = lct__fail(c, LCT_EPROTO, "server sent an empty range");
+      break;
+    }
+    if (r.payload_len > 0)
+      memcpy(dst + off, r.payload, r.payload_len);
+    crc = lct_crc32c(crc, r.payload, r.payload_len);
+    off += r.payload_len;
+    lct__reply_free(&r);
+    if (off == total)
+      break;
+  }
+  if (rc == 0 && crc != first.checksum)
+    rc = lct__fail(c, LCT_ECHECKSUM, "received bytes do not match the stored checksum");
+  if (alloc) {
+    if (rc == 0)
+      *data = dst;
+    else
+      free(dst);
+  }
+  return rc;
+}
+
+static int lct__get(lct_client *c, const char *key, void *buf, size_t cap, int alloc, void **data,
+                    lct_tensor_info *info) {
+  int rc;
+  for (int attempt = 0;; attempt++) {
+    rc = lct__get_once(c, key, buf, cap, alloc, data, info);
+    if (rc != LCT_ESTALE || attempt == LCT__STALE_RETRIES)
+      return rc;
+  }
+}
+
+int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info) {
+  if (buf == NULL && cap > 0)
+    return lct__fail(c, LCT_EINVAL, "no buffer");
+  return lct__get(c, key, buf, cap, 0, NULL, info);
+}
+
+int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info) {
+  if (data == NULL)
+    return lct__fail(c, LCT_EINVAL, "no output pointer");
+  return lct__get(c, key, NULL, 0, 1, data, info);
+}
+
+/* ---- delete, stat, list, stats ------------------------------------------ */
+
+int lct_delete(lct_client *c, const char *key) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  int rc = lct__key(c, key, &rq);
+  if (rc != 0)
+    return rc;
+  rq.op = LCTPB__OP__OP_DELETE;
+  lct__reply r;
+  if ((rc = lct__call(c, &rq, NULL, 0, &r)) == 0)
+    lct__reply_free(&r);
+  return rc;
+}
+
+int lct_stat(lct_client *c, const char *key, lct_tensor_info *info) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  int rc = lct__key(c, key, &rq);
+  if (rc != 0)
+    return rc;
+  rq.op = LCTPB__OP__OP_STAT;
+  lct__reply r;
+  if ((rc = lct__call(c, &rq, NULL, 0, &r)) != 0)
+    return rc;
+  if (r.hdr->meta == NULL)
+    rc = lct__fail(c, LCT_EPROTO, "stat reply without metadata");
+  else if (info != NULL)
+    lct__info_of(r.hdr->meta, info);
+  lct__reply_free(&r);
+  return rc;
+}
+
+static char *lct__strndup(const uint8_t *p, size_t n) {
+  char *s = malloc(n + 1);
+  if (s != NULL) {
+    memcpy(s, p, n);
+    s[n] = '\0';
+  }
+  return s;
+}
+
+void lct_list_free(lct_list_page *page) {
+  if (page == NULL)
+    return;
+  for (size_t i = 0; i < page->n; i++)
+    free(page->entries[i].key);
+  free(page->entries);
+  free(page->next_cursor);
+  free(page);
+}
+
+int lct_list(lct_client *c, const char *prefix, const char *cursor, size_t limit,
+             lct_list_page **out) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_LIST;
+  if (prefix != NULL && *prefix != '\0') {
+    rq.has_prefix = 1;
+    rq.prefix.data = (uint8_t *)prefix;
+    rq.prefix.len = strlen(prefix);
+  }
+  if (cursor != NULL) {
+    rq.has_cursor = 1;
+    rq.cursor.data = (uint8_t *)cursor;
+    rq.cursor.len = strlen(cursor);
+  }
+  if ((prefix != NULL && rq.prefix.len > LCT_KEY_MAX) || (cursor != NULL && rq.cursor.len > LCT_KEY_MAX))
+    return lct__fail(c, LCT_ENAMETOOLONG, "prefix or cursor longer than %d bytes", LCT_KEY_MAX);
+  rq.has_limit = limit > 0;
+  rq.limit = limit > UINT32_MAX ? UINT32_MAX : (uint32_t)limit;
+  lct__reply r;
+  int rc = lct__call(c, &rq, NULL, 0, &r);
+  if (rc != 0)
+    return rc;
+  lct_list_page *page = calloc(1, sizeof *page);
+  if (page == NULL ||
+      (page->entries = calloc(r.hdr->n_entries ? r.hdr->n_entries : 1, sizeof *page->entries)) ==
+          NULL) {
+    free(page);
+    lct__reply_free(&r);
+    return lct__fail(c, LCT_ENOMEM, "out of memory for a list page");
+  }
+  for (size_t i = 0; i < r.hdr->n_entries && rc == 0; i++) {
+    const Lctpb__ListEntry *le = r.hdr->entries[i];
+    if (le->meta->n_shape > LCT_MAX_DIMS) {
+      rc = lct__fail(c, LCT_EPROTO, "list entry with %zu dims", le->meta->n_shape);
+      break;
+    }
+    if ((page->entries[i].key = lct__strndup(le->key.data, le->key.len)) == NULL) {
+      rc = lct__fail(c, LCT_ENOMEM, "out of memory for a list page");
+      break;
+    }
+    lct__info_of(le->meta, &page->entries[i].info);
+    page->n = i + 1;
+  }
+  if (rc == 0 && r.hdr->has_next_cursor &&
+      (page->next_cursor = lct__strndup(r.hdr->next_cursor.data, r.hdr->next_cursor.len)) == NULL)
+    rc = lct__fail(c, LCT_ENOMEM, "out of memory for a list page");
+  lct__reply_free(&r);
+  if (rc != 0) {
+    lct_list_free(page);
+    return rc;
+  }
+  *out = page;
+  return 0;
+}
+
+int lct_stats(lct_client *c, lct_server_stats *out, char **text) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_STATS;
+  lct__reply r;
+  int rc = lct__call(c, &rq, NULL, 0, &r);
+  if (rc != 0)
+    return rc;
+  const Lctpb__StatsSummary *s = r.hdr->stats;
+  if (s == NULL) {
+    lct__reply_free(&r);
+    return lct__fail(c, LCT_EPROTO, "stats reply without a summary");
+  }
+  if (out != NULL) {
+    out->tensors = s->tensors;
+    out->raw_bytes = s->raw_bytes;
+    out->stored_bytes = s->stored_bytes;
+    out->pool_capacity = s->pool_capacity;
+    out->pool_used = s->pool_used;
+    out->staging_bytes = s->staging_bytes;
+    out->pending_puts = s->pending_puts;
+    out->puts_expired = s->puts_expired;
+    out->codebook_builds = s->codebook_builds;
+    out->codebook_rebuilds = s->codebook_rebuilds;
+    out->requests = s->requests;
+    out->errors = s->errors;
+    out->bytes_in = s->bytes_in;
+    out->bytes_out = s->bytes_out;
+  }
+  if (text != NULL && (*text = lct__strndup(r.payload, r.payload_len)) == NULL)
+    rc = lct__fail(c, LCT_ENOMEM, "out of memory for the stats text");
+  lct__reply_free(&r);
+  return rc;
+}

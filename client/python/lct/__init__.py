@@ -1,0 +1,26 @@
+"""lct — Python binding of liblct, the client of lctd (tensors kept losslessly compressed in memory).
+
+    import lct
+    with lct.Client("ipc:///tmp/lctd.sock") as c:
+        c.put("w", numpy_array)           # or a torch tensor, or bytes with dtype=
+        w = c.get("w")                    # a new numpy array; or c.get("w", out=tensor)
+
+Errors raise lct.LctError (code, name, message, detail); a missing key raises
+lct.NotFoundError, which is also a KeyError. lct.LCT_ENOENT and the other
+LCT_E* names give the codes. lct.optim (imported on first use; needs torch)
+holds OffloadedAdamW. numpy and torch are optional.
+"""
+from .client import Client, LctError, NotFoundError, ServerInfo, TensorInfo, error_code
+
+__all__ = ["Client", "LctError", "NotFoundError", "ServerInfo", "TensorInfo", "error_code", "optim"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Lazy so that `import lct` needs neither torch nor a loadable liblct.
+    if name == "optim":
+        import importlib
+        return importlib.import_module(".optim", __name__)
+    if name.startswith("LCT_E"):
+        return error_code(name)
+    raise AttributeError(f"module 'lct' has no attribute '{name}'")

@@ -1,0 +1,141 @@
+"""_native.py — finds liblct.so and declares its C API to ctypes (mirrors client/lct.h)."""
+import ctypes
+import os
+import pathlib
+import threading
+
+MAX_DIMS = 8  # LCT_MAX_DIMS
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("endpoint", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_int),
+        ("connect_timeout_ms", ctypes.c_int),
+        ("frame_bytes", ctypes.c_size_t),
+    ]
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_uint64 * MAX_DIMS),
+        ("raw_bytes", ctypes.c_uint64),
+        ("stored_bytes", ctypes.c_uint64),
+        ("version", ctypes.c_uint64),
+        ("checksum", ctypes.c_uint32),
+    ]
+
+
+class ListEntry(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("info", TensorInfo)]
+
+
+class ListPage(ctypes.Structure):
+    _fields_ = [
+        ("n", ctypes.c_size_t),
+        ("entries", ctypes.POINTER(ListEntry)),
+        ("next_cursor", ctypes.c_char_p),
+    ]
+
+
+STATS_FIELDS = (
+    "tensors", "raw_bytes", "stored_bytes", "pool_capacity", "pool_used", "staging_bytes",
+    "pending_puts", "puts_expired", "codebook_builds", "codebook_rebuilds", "requests", "errors",
+    "bytes_in", "bytes_out",
+)
+
+
+class ServerStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
+
+
+class ServerInfo(ctypes.Structure):
+    _fields_ = [
+        ("server", ctypes.c_char * 64),
+        ("backend", ctypes.c_char * 16),
+        ("protocol", ctypes.c_int),
+        ("frame_bytes", ctypes.c_uint64),
+    ]
+
+
+_P = ctypes.c_void_p
+_CLIENT = ctypes.c_void_p
+_PROTOTYPES = {
+    "lct_connect": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.POINTER(_CLIENT)]),
+    "lct_close": (None, [_CLIENT]),
+    "lct_last_error": (ctypes.c_char_p, [_CLIENT]),
+    "lct_put": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                               ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
+    "lct_get": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
+    "lct_get_alloc": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(TensorInfo)]),
+    "lct_delete": (ctypes.c_int, [_CLIENT, ctypes.c_char_p]),
+    "lct_stat": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(TensorInfo)]),
+    "lct_list": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                                ctypes.POINTER(ctypes.POINTER(ListPage))]),
+    "lct_list_free": (None, [ctypes.POINTER(ListPage)]),
+    "lct_stats": (ctypes.c_int, [_CLIENT, ctypes.POINTER(ServerStats), ctypes.POINTER(_P)]),
+    "lct_ping": (ctypes.c_int, [_CLIENT, ctypes.POINTER(ServerInfo)]),
+    "lct_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "lct_err_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "lct_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),
+    "lct_dtype_name": (ctypes.c_char_p, [ctypes.c_int]),
+}
+
+
+def candidates():
+    """Where liblct is looked for, in order (README.md, "Finding liblct")."""
+    here = pathlib.Path(__file__).resolve().parent
+    env = os.environ.get("LCT_LIBRARY")
+    if env:
+        return [env]  # an explicit choice is never second-guessed
+    paths = [str(here / "liblct.so")]
+    root = here.parents[2]  # client/python/lct -> the repository root, in a checkout
+    if (root / "client" / "lct.h").exists():
+        paths.append(str(root / "build" / "lib" / "liblct.so"))
+    paths += ["liblct.so.0", "liblct.so"]  # the system loader (ldconfig, LD_LIBRARY_PATH)
+    return paths
+
+
+_lock = threading.Lock()
+_lib = None
+_libc = None
+
+
+def lib():
+    """liblct, loaded and declared on first use."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            tried = []
+            for path in candidates():
+                if os.sep in path and not os.path.exists(path):
+                    tried.append(f"{path} (absent)")
+                    continue
+                try:
+                    handle = ctypes.CDLL(path)
+                except OSError as e:
+                    tried.append(f"{path} ({e})")
+                    continue
+                for name, (restype, argtypes) in _PROTOTYPES.items():
+                    fn = getattr(handle, name)
+                    fn.restype = restype
+                    fn.argtypes = argtypes
+                _lib = handle
+                break
+            else:
+                raise OSError("liblct not found; set LCT_LIBRARY to the path of liblct.so. Tried: "
+                              + "; ".join(tried))
+        return _lib
+
+
+def free(ptr):
+    """Releases memory that liblct malloc'd (lct_get_alloc, lct_stats text)."""
+    global _libc
+    if _libc is None:
+        # The process's own free(): the one liblct's malloc pairs with.
+        _libc = ctypes.CDLL(None)
+        _libc.free.argtypes = [ctypes.c_void_p]
+        _libc.free.restype = None
+    _libc.free(ptr)

@@ -1,0 +1,456 @@
+"""client.py — lct.Client: put/get/stat/list/delete of named tensors in lctd through liblct."""
+import ctypes
+import dataclasses
+import sys
+import threading
+import weakref
+
+from . import _native
+
+# Natural lct dtype of a value's element type; anything else needs dtype=.
+_NUMPY_DTYPES = {
+    "float32": "f32", "float16": "f16", "uint8": "raw", "int8": "raw", "bool": "raw",
+    # ml_dtypes' numpy extension types
+    "bfloat16": "bf16", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2",
+}
+_TORCH_DTYPES = {
+    "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
+    "torch.float8_e4m3fn": "f8e4m3", "torch.float8_e5m2": "f8e5m2",
+    "torch.uint8": "raw", "torch.int8": "raw", "torch.bool": "raw",
+}
+_BUFFER_FORMATS = {"f": "f32", "B": "raw", "b": "raw", "c": "raw", "?": "raw"}
+
+# What get() returns per stored dtype: numpy dtype, memoryview format. 16- and
+# 8-bit floats come back as their raw words (numpy has no bf16/f8, memoryview
+# cannot cast to 'e').
+_RESULT_TYPES = {
+    "f32": ("float32", "f"), "f16": ("float16", "H"), "bf16": ("uint16", "H"),
+    "f8e4m3": ("uint8", "B"), "f8e5m2": ("uint8", "B"), "raw": ("uint8", "B"),
+}
+
+
+class LctError(Exception):
+    """A failure reported by liblct or lctd.
+
+    code is the negative LCT error code (proto/lct_error.h), name its symbol
+    ('LCT_ENOENT'), message lct_strerror's text and detail the specifics
+    (often the server's words; may be empty).
+    """
+
+    def __init__(self, code, detail=""):
+        lib = _native.lib()
+        self.code = code
+        self.name = lib.lct_err_name(code).decode()
+        self.message = lib.lct_strerror(code).decode()
+        self.detail = detail
+        super().__init__(code, detail)
+
+    def __str__(self):
+        if self.detail and self.detail != self.message:
+            return f"{self.name}: {self.message}: {self.detail}"
+        return f"{self.name}: {self.message}"
+
+
+class NotFoundError(LctError, KeyError):
+    """LCT_ENOENT: the key does not exist (also a KeyError; str() stays LctError's)."""
+
+
+def _error(code, detail=""):
+    if isinstance(detail, bytes):
+        detail = detail.decode("utf-8", "replace")
+    cls = NotFoundError if code == error_code("LCT_ENOENT") else LctError
+    return cls(code, detail)
+
+
+_error_codes = {}
+_dtype_names = {}
+
+
+def error_code(name):
+    """The negative code of an error symbol, e.g. error_code('LCT_ENOENT') == -9."""
+    if not _error_codes:
+        lib = _native.lib()
+        syms = {lib.lct_err_name(code).decode(): code for code in range(-1, -128, -1)}
+        syms.pop("LCT_EUNKNOWN", None)
+        _error_codes.update(syms)  # whole, so that another thread never sees it half filled
+    try:
+        return _error_codes[name]
+    except KeyError:
+        raise AttributeError(f"no LCT error named {name}") from None
+
+
+def _dtype_tables():
+    """{name: code} of the dtypes this liblct knows, asked of the library itself."""
+    if not _dtype_names:
+        lib = _native.lib()
+        names, code = {}, 0
+        while (name := lib.lct_dtype_name(code)) is not None:
+            names[name.decode()] = code
+            code += 1
+        _dtype_names.update(names)
+    return _dtype_names
+
+
+def _dtype_code(name):
+    codes = _dtype_tables()
+    if name not in codes:
+        raise _error(error_code("LCT_EDTYPE"), f"'{name}'; known: {', '.join(codes)}")
+    return codes[name]
+
+
+def _dtype_name(code):
+    for name, c in _dtype_tables().items():
+        if c == code:
+            return name
+    return f"dtype{code}"  # from a newer server
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """What lctd holds for a key (stat, list, put)."""
+    key: str
+    dtype: str
+    shape: tuple
+    raw_bytes: int
+    stored_bytes: int
+    version: int
+    checksum: int  # CRC-32C of the raw bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    server: str
+    backend: str
+    protocol: int
+    frame_bytes: int
+
+
+def _tensor_info(key, c):
+    return TensorInfo(key=key, dtype=_dtype_name(c.dtype), shape=tuple(c.shape[:c.ndim]),
+                      raw_bytes=c.raw_bytes, stored_bytes=c.stored_bytes, version=c.version,
+                      checksum=c.checksum)
+
+
+def _key_bytes(key):
+    if isinstance(key, str):
+        # surrogateescape: keys list() decoded from arbitrary bytes come back intact.
+        key = key.encode("utf-8", "surrogateescape")
+    elif not isinstance(key, bytes):
+        raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
+    if b"\0" in key:
+        raise ValueError("key contains a NUL byte")  # liblct takes C strings
+    return key
+
+
+def _key_str(raw):
+    return raw.decode("utf-8", "surrogateescape")
+
+
+class _Host:
+    """Contiguous host memory that liblct reads or fills on behalf of a value.
+
+    ptr is None for an empty value; finish() copies a staged get back into the
+    caller's object; keep holds whatever owns the memory until the call returns.
+    """
+    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep")
+
+    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None):
+        self.ptr = ptr if nbytes else None
+        self.nbytes = nbytes
+        self.shape = tuple(shape)
+        self.itemsize = itemsize
+        self.natural = natural
+        self.what = what
+        self.keep = keep
+        self.finish = finish or (lambda: None)
+
+
+def _host(value, writable):
+    """The one dispatch from a caller's value to host memory for liblct.
+
+    writable: the value is a get's destination (else a put's source). torch
+    and numpy are looked up in sys.modules, never imported here: a value of
+    their types implies they are loaded.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _torch_host(torch, value, writable)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return _numpy_host(np, value, writable)
+    return _buffer_host(value, writable)
+
+
+def _torch_host(torch, t, writable):
+    t = t.detach()  # liblct reads and writes memory autograd does not track
+    natural = _TORCH_DTYPES.get(str(t.dtype))
+    what = f"torch {str(t.dtype)[6:]} tensor"
+    if t.device.type == "cpu" and t.is_contiguous():
+        staged, finish = t, None
+    elif writable:
+        # Device tensors and strided views: filled through a contiguous host
+        # tensor, then copied in (copy_ from pageable memory is synchronous).
+        staged = torch.empty(t.shape, dtype=t.dtype)
+        finish = lambda: t.copy_(staged)
+    else:
+        staged, finish = t.to("cpu").contiguous(), None
+    return _Host(staged.data_ptr(), staged.numel() * staged.element_size(), t.shape,
+                 t.element_size(), natural, what, staged, finish)
+
+
+def _numpy_host(np, a, writable):
+    natural = _NUMPY_DTYPES.get(a.dtype.name)
+    what = f"numpy {a.dtype.name} array"
+    native = a.dtype.newbyteorder("=")
+    direct = a.flags.c_contiguous and a.dtype.isnative
+    if writable:
+        if not a.flags.writeable:
+            raise ValueError("out is a read-only array")
+        staged = a if direct else np.empty(a.shape, native)
+        finish = None if direct else (lambda: np.copyto(a, staged))
+    else:
+        # ascontiguousarray turns 0-d into 1-d: the shape is taken from a.
+        staged = a if direct else np.ascontiguousarray(a, dtype=native)
+        finish = None
+    return _Host(staged.ctypes.data, a.nbytes, a.shape, a.itemsize, natural, what, staged, finish)
+
+
+def _buffer_host(obj, writable):
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{type(obj).__name__} is not a bytes-like object, numpy array or "
+                        "torch tensor") from None
+    if not mv.c_contiguous:
+        raise ValueError("buffer is not C-contiguous")
+    natural = _BUFFER_FORMATS.get(mv.format.lstrip("@=<"))
+    what = f"buffer of format '{mv.format}'"
+    nbytes = mv.nbytes
+    if nbytes == 0:
+        return _Host(None, 0, mv.shape, mv.itemsize, natural, what, None)
+    if not mv.readonly:
+        arr = (ctypes.c_char * nbytes).from_buffer(mv.cast("B"))
+    elif writable:
+        raise ValueError("out is a read-only buffer")
+    elif isinstance(obj, bytes):
+        arr = ctypes.c_char_p(obj)  # points into the bytes object: no copy
+        return _Host(ctypes.cast(arr, ctypes.c_void_p).value, nbytes, mv.shape, mv.itemsize,
+                     natural, what, (obj, arr))
+    else:
+        arr = (ctypes.c_char * nbytes).from_buffer_copy(mv)  # other read-only buffers: one copy
+    return _Host(ctypes.addressof(arr), nbytes, mv.shape, mv.itemsize, natural, what, (mv, arr))
+
+
+def _default_shape(shape, itemsize, width):
+    """The shape of a value's bytes seen as elements of width bytes, as
+    numpy's view() reshapes the last axis. Inexact sizes are left for liblct
+    to refuse (LCT_ESIZE) with its message."""
+    if itemsize == width:
+        return shape
+    if not shape:
+        return (itemsize // width,)
+    return shape[:-1] + (shape[-1] * itemsize // width,)
+
+
+_numpy_module = None
+
+
+def _numpy():
+    """numpy if importable (imported on first need), else None."""
+    global _numpy_module
+    if _numpy_module is None:
+        try:
+            import numpy
+            _numpy_module = numpy
+        except ImportError:
+            _numpy_module = False
+    return _numpy_module or None
+
+
+class Client:
+    """A connection to one lctd.
+
+    endpoint: 'ipc:///path' or 'tcp://host:port'; None: $LCT_ENDPOINT, else
+    ipc:///tmp/lctd.sock. timeout_ms: per request (None: 30 s; negative:
+    forever). connect_timeout_ms: for the first ping (None: 5 s). frame_bytes:
+    payload bytes per message (None: 16 MiB, lowered to the server's limit).
+    A Client may be shared between threads: its calls are serialized.
+    """
+
+    def __init__(self, endpoint=None, auth_token_file=None, timeout_ms=None,
+                 connect_timeout_ms=None, frame_bytes=None):
+        if auth_token_file is not None:
+            raise NotImplementedError("auth_token_file: this liblct has no authentication "
+                                      "(lct_options carries no token)")
+        lib = _native.lib()
+        self._lock = threading.Lock()
+        self._c = None
+        self.endpoint = endpoint
+        opts = _native.Options(
+            endpoint=endpoint.encode() if endpoint is not None else None,
+            timeout_ms=timeout_ms or 0,
+            connect_timeout_ms=connect_timeout_ms or 0,
+            frame_bytes=frame_bytes or 0,
+        )
+        handle = ctypes.c_void_p()
+        rc = lib.lct_connect(ctypes.byref(opts), ctypes.byref(handle))
+        if rc < 0:
+            raise _error(rc, f"connecting to {endpoint or '$LCT_ENDPOINT or the default endpoint'}")
+        self._c = handle
+
+    def __repr__(self):
+        state = "closed" if self._c is None else "open"
+        return f"<lct.Client {self.endpoint or 'default endpoint'} {state}>"
+
+    def close(self):
+        with self._lock:
+            if self._c is not None:
+                _native.lib().lct_close(self._c)
+                self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_c", None) is not None:
+            self.close()
+
+    def _call(self, fn, *args):
+        """fn(client, *args) under the lock; a negative return raises with the detail."""
+        with self._lock:
+            if self._c is None:
+                raise ValueError("client is closed")
+            rc = fn(self._c, *args)
+            if rc < 0:
+                raise _error(rc, _native.lib().lct_last_error(self._c))
+
+    def put(self, key, value, dtype=None, shape=None):
+        """Stores value as key, atomically, and returns its TensorInfo.
+
+        value: a bytes-like object, numpy array or torch tensor (CPU or
+        device). dtype: an lct dtype name ('f32', 'bf16', 'f16', 'f8e4m3',
+        'f8e5m2', 'raw'); None takes it from the value (float32, float16,
+        bfloat16, float8 types; 1-byte types and bytes-like objects are 'raw').
+        shape: None takes the value's, its last axis rescaled when dtype's
+        element width differs (so a uint8 buffer with dtype='f32' holds
+        len/4 elements).
+        """
+        k = _key_bytes(key)
+        host = _host(value, writable=False)
+        name = dtype if dtype is not None else host.natural
+        if name is None:
+            raise TypeError(f"a {host.what} needs dtype= (e.g. 'bf16' for bfloat16 words, or "
+                            "'raw' for its bytes)")
+        code = _dtype_code(name)
+        if shape is None:
+            shape = _default_shape(host.shape, host.itemsize, _native.lib().lct_dtype_size(code))
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        dims = (ctypes.c_uint64 * max(len(shape), 1))(*shape)
+        info = _native.TensorInfo()
+        self._call(_native.lib().lct_put, k, code, dims, len(shape), host.ptr, host.nbytes,
+                   ctypes.byref(info))
+        return _tensor_info(_key_str(k), info)
+
+    def get(self, key, out=None):
+        """Reads key.
+
+        With out (a numpy array, torch tensor on any device, or writable
+        buffer of exactly the stored size, elements of the stored width or
+        bytes), fills and returns it; after an error its contents are
+        unspecified. Without, returns a new numpy array of the stored shape
+        (float32, float16; bf16 as uint16 words; f8 and raw as uint8), or,
+        when numpy is not importable, a memoryview over a bytearray (format
+        'f' for f32, 'H' for 16-bit words, 'B' for bytes; flat if empty).
+        """
+        k = _key_bytes(key)
+        lib = _native.lib()
+        info = _native.TensorInfo()
+        if out is not None:
+            host = _host(out, writable=True)
+            self._call(lib.lct_get, k, host.ptr, host.nbytes, ctypes.byref(info))
+            width = lib.lct_dtype_size(info.dtype)
+            if info.raw_bytes != host.nbytes:
+                raise _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {info.raw_bytes} "
+                             f"bytes; out has {host.nbytes}")
+            # Raw tensors hold any element type; a coded one must keep its width.
+            if info.dtype != _dtype_code("raw") and host.itemsize not in (width, 1):
+                raise _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds "
+                             f"{_dtype_name(info.dtype)}; out has {host.itemsize}-byte elements")
+            host.finish()
+            return out
+        ptr = ctypes.c_void_p()
+        self._call(lib.lct_get_alloc, k, ctypes.byref(ptr), ctypes.byref(info))
+        return _adopt(ptr.value, info)
+
+    def delete(self, key):
+        """Removes key; NotFoundError (an LctError and KeyError) if absent."""
+        self._call(_native.lib().lct_delete, _key_bytes(key))
+
+    def stat(self, key):
+        """The TensorInfo of key; NotFoundError if absent."""
+        k = _key_bytes(key)
+        info = _native.TensorInfo()
+        self._call(_native.lib().lct_stat, k, ctypes.byref(info))
+        return _tensor_info(_key_str(k), info)
+
+    def list(self, prefix=None, page_size=None):
+        """Yields the TensorInfo of every key starting with prefix, in bytewise
+        key order, fetching pages of page_size (None: the server's default)
+        as iteration goes."""
+        lib = _native.lib()
+        p = _key_bytes(prefix) if prefix is not None else None
+        cursor = None
+        while True:
+            page = ctypes.POINTER(_native.ListPage)()
+            self._call(lib.lct_list, p, cursor, page_size or 0, ctypes.byref(page))
+            try:
+                entries = page.contents.entries[:page.contents.n]
+                items = [_tensor_info(_key_str(e.key), e.info) for e in entries]
+                cursor = page.contents.next_cursor  # c_char_p: copied into bytes
+            finally:
+                lib.lct_list_free(page)
+            yield from items
+            if cursor is None:
+                return
+
+    def stats(self):
+        """The server's counters as a dict (tensors, raw_bytes, stored_bytes,
+        pool_capacity, pool_used, requests, errors, ...)."""
+        s = _native.ServerStats()
+        self._call(_native.lib().lct_stats, ctypes.byref(s), None)
+        return {name: getattr(s, name) for name in _native.STATS_FIELDS}
+
+    def ping(self):
+        """One round trip; returns the server's ServerInfo."""
+        i = _native.ServerInfo()
+        self._call(_native.lib().lct_ping, ctypes.byref(i))
+        return ServerInfo(server=i.server.decode(), backend=i.backend.decode(),
+                          protocol=i.protocol, frame_bytes=i.frame_bytes)
+
+
+def _adopt(ptr, info):
+    """Turns lct_get_alloc's malloc'd buffer into get()'s result."""
+    n = info.raw_bytes
+    shape = tuple(info.shape[:info.ndim])
+    np_dtype, fmt = _RESULT_TYPES.get(_dtype_name(info.dtype), ("uint8", "B"))
+    np = _numpy()
+    if np is not None and n > 0:
+        # Zero-copy: the array owns liblct's buffer, freed when the last view goes.
+        buf = (ctypes.c_char * n).from_address(ptr)
+        # Not at exit: arrays still alive then must not point at freed memory.
+        weakref.finalize(buf, _native.free, ptr).atexit = False
+        return np.frombuffer(buf, dtype=np_dtype).reshape(shape)
+    if np is not None:
+        _native.free(ptr)
+        return np.empty(shape, dtype=np_dtype)
+    data = bytearray(n)
+    if n > 0:
+        ctypes.memmove((ctypes.c_char * n).from_buffer(data), ptr, n)
+    _native.free(ptr)
+    # memoryview cannot cast to a shape with a zero in it: empty results stay flat.
+    return memoryview(data).cast(fmt, shape) if n > 0 else memoryview(data).cast(fmt)

@@ -1,0 +1,255 @@
+"""optim.py — OffloadedAdamW: AdamW whose moments live in lctd between steps, updated through a bounded scratch buffer."""
+import torch
+
+_ALIGN = 256  # scratch slots start at multiples of this (any dtype's view, coalesced device access)
+_MIN_AUTO_SCRATCH = 64 << 20
+_UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
+_CODED = (torch.float32, torch.bfloat16, torch.float16)  # state dtypes lct codes; others go raw
+
+
+def _aligned(nbytes):
+    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class OffloadedAdamW(torch.optim.Optimizer):
+    """torch.optim.AdamW (foreach=False, fused=False) with exp_avg and
+    exp_avg_sq kept in lctd instead of in the trainer's memory.
+
+    Each step walks the parameters that have gradients in order, taking as
+    many as fit in a scratch buffer of scratch_bytes on their device: it
+    fetches their moments from lctd into the scratch, applies the update with
+    the same operations in the same order as PyTorch's single-tensor AdamW (so
+    parameters and moments are bitwise identical to torch.optim.AdamW's), puts
+    the moments back and moves on. Besides the parameters and gradients the
+    trainer holds only the scratch (plus, for device parameters, one host copy
+    of the tensor in flight).
+
+    Keys are f"{key_prefix}{i}/exp_avg" and f"{key_prefix}{i}/exp_avg_sq" with
+    i the parameter's position across param_groups (as in state_dict); give
+    each optimizer sharing an lctd its own key_prefix.
+
+    offload_master_weights: for low-precision parameters. Each parameter's
+    float32 master copy (from the parameter at its first step) is kept in lctd
+    too, as f"{key_prefix}{i}/master_param"; moments are float32, the update
+    runs on the master with the gradient cast to float32, and the parameter
+    receives the master rounded to its dtype. This equals torch.optim.AdamW
+    run on float32 parameters.
+
+    scratch_bytes: None sizes the scratch to the largest parameter's need (at
+    least 64 MiB); a parameter needs 3 (4 with master weights) slots of its
+    state size. A given size smaller than one parameter's need is an error.
+    """
+
+    def __init__(self, params, client, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 key_prefix="opt/", scratch_bytes=None, offload_master_weights=False):
+        if isinstance(lr, torch.Tensor) or not 0.0 <= lr:
+            raise ValueError(f"lr must be a float >= 0, not {lr!r}")
+        if not 0.0 <= eps:
+            raise ValueError(f"invalid eps {eps}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"invalid betas {betas}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"invalid weight_decay {weight_decay}")
+        if scratch_bytes is not None and scratch_bytes <= 0:
+            raise ValueError(f"invalid scratch_bytes {scratch_bytes}")
+        # add_param_group, called by Optimizer.__init__, checks against these.
+        self.client = client
+        self.key_prefix = key_prefix
+        self.offload_master_weights = offload_master_weights
+        self._auto_scratch = scratch_bytes is None
+        self.scratch_bytes = _MIN_AUTO_SCRATCH if scratch_bytes is None else scratch_bytes
+        self._scratch = {}  # device -> uint8 tensor of scratch_bytes, made on first use
+        # The switches name the torch.optim.AdamW path this reproduces, so that
+        # AdamW loading this optimizer's state_dict takes that same path.
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=False,
+                        maximize=False, foreach=False, fused=False, capturable=False,
+                        differentiable=False)
+        super().__init__(params, defaults)
+
+    def _state_dtype(self, p):
+        return torch.float32 if self.offload_master_weights else p.dtype
+
+    def _need(self, p):
+        slot = _aligned(p.numel() * self._state_dtype(p).itemsize)
+        # m, v and denom; with master weights also the master, and the float32
+        # gradient shares denom's slot (it is dead before denom is computed).
+        return slot * (4 if self.offload_master_weights else 3)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)  # normalizes params to a list, rejects sets
+        try:
+            unsupported = [k for k in _UNSUPPORTED if self.param_groups[-1].get(k)]
+            if unsupported:
+                raise ValueError(f"OffloadedAdamW does not implement {', '.join(unsupported)}")
+            for p in self.param_groups[-1]["params"]:
+                if torch.is_complex(p) or not p.is_floating_point():
+                    raise ValueError(f"OffloadedAdamW takes real floating-point parameters, not {p.dtype}")
+                need = self._need(p)
+                if need > self.scratch_bytes and not self._auto_scratch:
+                    raise ValueError(f"a parameter of shape {tuple(p.shape)} needs {need} bytes of "
+                                     f"scratch; scratch_bytes is {self.scratch_bytes}")
+                if need > self.scratch_bytes:
+                    self.scratch_bytes = need
+                    self._scratch.clear()
+        except ValueError:
+            self.param_groups.pop()
+            raise
+
+    def _key(self, index, name):
+        return f"{self.key_prefix}{index}/{name}"
+
+    def _indexed_params(self):
+        """(index, group, param), index counting across groups as state_dict does."""
+        index = 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                yield index, group, p
+                index += 1
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        batch, used, device = [], 0, None
+        for index, group, p in self._indexed_params():
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("OffloadedAdamW does not support sparse gradients")
+            need = self._need(p)
+            if batch and (used + need > self.scratch_bytes or p.device != device):
+                self._update(batch, device)
+                batch, used = [], 0
+            batch.append((index, group, p))
+            used += need
+            device = p.device
+        if batch:
+            self._update(batch, device)
+        return loss
+
+    def _scratch_for(self, device):
+        buf = self._scratch.get(device)
+        if buf is None:
+            buf = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
+            self._scratch[device] = buf
+        return buf
+
+    def _update(self, batch, device):
+        """Fetch, update and store back the states of params that fit in one scratch."""
+        buf = self._scratch_for(device)
+        off = 0
+
+        def slot(p):
+            nonlocal off
+            dtype = self._state_dtype(p)
+            n = p.numel() * dtype.itemsize
+            view = buf[off:off + n].view(dtype).view(p.shape)
+            off += _aligned(n)
+            return view
+
+        work = []
+        for index, group, p in batch:
+            m, v, tmp = slot(p), slot(p), slot(p)
+            master = slot(p) if self.offload_master_weights else None
+            state = self.state[p]
+            if not state:
+                # As torch.optim.AdamW initialises: a step counter on the CPU, zero moments.
+                state["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+                m.zero_()
+                v.zero_()
+                if master is not None:
+                    master.copy_(p)
+            else:
+                self.client.get(self._key(index, "exp_avg"), out=m)
+                self.client.get(self._key(index, "exp_avg_sq"), out=v)
+                if master is not None:
+                    self.client.get(self._key(index, "master_param"), out=master)
+            work.append((index, group, p, m, v, tmp, master))
+
+        for index, group, p, m, v, tmp, master in work:
+            if master is None:
+                _adamw_step(p, p.grad, m, v, tmp, self.state[p]["step"], group)
+            else:
+                tmp.copy_(p.grad)
+                _adamw_step(master, tmp, m, v, tmp, self.state[p]["step"], group)
+                p.copy_(master)
+            self._put(index, "exp_avg", m)
+            self._put(index, "exp_avg_sq", v)
+            if master is not None:
+                self._put(index, "master_param", master)
+
+    def _put(self, index, name, t):
+        self.client.put(self._key(index, name), t, dtype=None if t.dtype in _CODED else "raw")
+
+    def state_dict(self):
+        """As torch.optim.AdamW's (its load_state_dict takes it), with the
+        moments (and master_param) fetched from lctd as CPU tensors."""
+        sd = super().state_dict()
+        names = ["exp_avg", "exp_avg_sq"] + (["master_param"] if self.offload_master_weights else [])
+        for index, _, p in self._indexed_params():
+            if index not in sd["state"]:
+                continue
+            entry = dict(sd["state"][index])
+            for name in names:
+                t = torch.empty(p.shape, dtype=self._state_dtype(p))
+                entry[name] = self.client.get(self._key(index, name), out=t)
+            sd["state"][index] = entry
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Takes a state_dict of this class or of torch.optim.AdamW: the steps
+        and hyperparameters stay here, the moments go to lctd."""
+        for group in state_dict["param_groups"]:
+            unsupported = [k for k in _UNSUPPORTED if group.get(k)]
+            if group.get("decoupled_weight_decay") is False:
+                unsupported.append("L2 weight decay (Adam)")
+            if unsupported:
+                raise ValueError(f"OffloadedAdamW cannot continue a state with {', '.join(unsupported)}")
+        moments = state_dict["state"]
+        # Only the steps pass through Optimizer's loader: the moments would be
+        # moved to the parameters' devices in full. Steps are copied: the
+        # loader would share them with state_dict, and steps count in place.
+        slim = dict(state_dict, state={i: {"step": torch.tensor(float(s["step"]), dtype=_scalar_dtype())}
+                                       for i, s in moments.items()})
+        super().load_state_dict(slim)
+        for index, _, p in self._indexed_params():
+            if index not in moments:
+                continue
+            s = moments[index]
+            dtype = self._state_dtype(p)
+            self._put(index, "exp_avg", s["exp_avg"].to(dtype))
+            self._put(index, "exp_avg_sq", s["exp_avg_sq"].to(dtype))
+            if self.offload_master_weights:
+                master = s.get("master_param")
+                self._put(index, "master_param", (master if master is not None else p).to(torch.float32))
+
+
+def _scalar_dtype():
+    """The dtype of torch's step counters (torch.optim.optimizer._get_scalar_dtype)."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def _adamw_step(param, grad, exp_avg, exp_avg_sq, denom, step_t, group):
+    """One AdamW update, operation for operation as torch/optim/adam.py's
+    _single_tensor_adam with decoupled_weight_decay (no amsgrad, maximize,
+    capturable or differentiable), checked against torch 2.11. denom is
+    scratch for the denominator; it may alias grad, which is dead by then."""
+    lr, (beta1, beta2) = group["lr"], group["betas"]
+    weight_decay, eps = group["weight_decay"], group["eps"]
+    step_t += 1
+    if weight_decay != 0:
+        param.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step = step_t.item()
+    bias_correction1 = 1 - beta1**step
+    bias_correction2 = 1 - beta2**step
+    step_size = lr / bias_correction1
+    bias_correction2_sqrt = bias_correction2**0.5
+    # torch computes (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps) in
+    # fresh tensors; the same kernels write into denom here.
+    torch.sqrt(exp_avg_sq, out=denom)
+    denom.div_(bias_correction2_sqrt).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)

@@ -1,0 +1,62 @@
+/* lct_cuda_codebook.cu — device-resident codebooks: the encoder's per-symbol bit patterns and the header bytes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_cuda_common.cuh"
+
+int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out) {
+  if (!cb || !out) return LCT_EINVAL;
+  *out = NULL;
+  const unsigned s = lct_dtype_symbol_bits(cb->dtype);
+  if (!s || cb->n_syms != (1u << s) + 1) return LCT_EINVAL;
+
+  /* Serialize, then parse back: validates lengths and Kraft, and yields the
+   * canonical codes that every decoder derives from the serialized bytes. */
+  uint8_t bytes[4 * LCT__CB_WORDS] = {0};
+  const size_t cb_bytes = lct_codebook_bytes(cb->dtype);
+  lct_codebook canon;
+  if (lct_codebook_serialize(cb, bytes, sizeof bytes) || lct_codebook_parse(cb->dtype, bytes, cb_bytes, &canon))
+    return LCT_EINVAL;
+
+  lct__dev_codebook *h = (lct__dev_codebook *)calloc(1, sizeof *h);
+  lct_cuda_codebook *c = (lct_cuda_codebook *)calloc(1, sizeof *c);
+  if (!h || !c) {
+    free(h);
+    free(c);
+    return LCT_ENOMEM;
+  }
+  const unsigned esc = canon.n_syms - 1, esc_len = canon.len[esc];
+  for (unsigned sym = 0; sym < (1u << s); sym++) {
+    if (canon.len[sym]) {
+      h->enc[sym] = canon.code[sym] | (uint32_t)canon.len[sym] << 24;
+    } else {
+      h->enc[sym] = (canon.code[esc] | sym << esc_len) | (uint32_t)(esc_len + s) << 24;
+    }
+  }
+  memcpy(h->cb_words, bytes, sizeof h->cb_words);
+  h->cb_check = lct_check(bytes, cb_bytes, 6);
+
+  int rc = 0;
+  c->dtype = cb->dtype;
+  if (cudaMalloc((void **)&c->dev, sizeof *c->dev) != cudaSuccess) {
+    c->dev = NULL;
+    rc = LCT_ECUDA;
+  } else if (cudaMemcpy(c->dev, h, sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess) {
+    rc = LCT_ECUDA;
+  }
+  free(h);
+  if (rc) {
+    lct_cuda_codebook_destroy(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+void lct_cuda_codebook_destroy(lct_cuda_codebook *cb) {
+  if (!cb) return;
+  if (cb->dev) cudaFree(cb->dev);
+  free(cb);
+}
+
+int lct_cuda_codebook_dtype(const lct_cuda_codebook *cb) { return cb ? cb->dtype : LCT_EINVAL; }

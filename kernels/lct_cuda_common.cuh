@@ -1,0 +1,141 @@
+/* lct_cuda_common.cuh — device-side format constants, dtype traits and helpers shared by the CUDA codec modules. */
+#ifndef LCT_CUDA_COMMON_CUH
+#define LCT_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "lct_cuda.h"
+
+/* Every CUDA call is checked; a failure becomes LCT_ECUDA for the caller. */
+#define LCT__CUDA_TRY(call)                    \
+  do {                                         \
+    if ((call) != cudaSuccess) return LCT_ECUDA; \
+  } while (0)
+/* After every launch: configuration and launch errors. */
+#define LCT__LAUNCH_CHECK() LCT__CUDA_TRY(cudaGetLastError())
+
+#define LCT__CHECK_MUL 0x9E3779B1u
+#define LCT__MAGIC 0x5A54434Cu          /* "LCTZ" read as a little-endian u32 */
+#define LCT__MAX_SYM_BITS 10
+#define LCT__CB_WORDS 130               /* pad8(ceil((2^10 + 1) / 2)) / 4 */
+#define LCT__BATCH 128                  /* tensors per launch (kernel parameters, ~6 KiB) */
+#define LCT__FULL 0xffffffffu
+
+/* Per dtype: element bytes W, symbol bits S, mantissa bits M (proto/FORMAT.md). */
+template <int DT> struct lct__dt;
+template <> struct lct__dt<LCT_DTYPE_RAW> { static constexpr unsigned W = 1, S = 0, M = 0; };
+template <> struct lct__dt<LCT_DTYPE_F32> { static constexpr unsigned W = 4, S = 10, M = 22; };
+template <> struct lct__dt<LCT_DTYPE_BF16> { static constexpr unsigned W = 2, S = 10, M = 6; };
+template <> struct lct__dt<LCT_DTYPE_F16> { static constexpr unsigned W = 2, S = 7, M = 9; };
+template <> struct lct__dt<LCT_DTYPE_F8E4M3> { static constexpr unsigned W = 1, S = 6, M = 2; };
+template <> struct lct__dt<LCT_DTYPE_F8E5M2> { static constexpr unsigned W = 1, S = 7, M = 1; };
+
+/* Blob layout constants of a dtype. */
+template <int DT> struct lct__layout_of {
+  static constexpr unsigned S = lct__dt<DT>::S;
+  static constexpr unsigned CB_BYTES = S ? (1u << (S - 1)) + 1 : 0; /* ceil((2^s + 1) / 2) */
+  static constexpr unsigned CB_PAD = (CB_BYTES + 7) & ~7u;
+  static constexpr unsigned TABLE = LCT_HEADER_BYTES + CB_PAD; /* chunk table offset T */
+};
+
+/* The device half of lct_cuda_codebook. */
+struct lct__dev_codebook {
+  uint32_t enc[1u << LCT__MAX_SYM_BITS]; /* per symbol: the bits it writes (ESC code and raw symbol when
+                                            it has no code), LSB-first, | bit count << 24 */
+  uint32_t cb_words[LCT__CB_WORDS];      /* serialized codebook, zero-padded to pad8 */
+  uint32_t cb_check;                     /* check of the serialized codebook at word base 6 */
+};
+
+struct lct_cuda_codebook {
+  int dtype;
+  lct__dev_codebook *dev;
+};
+
+__host__ __device__ static inline uint64_t lct__pad4(uint64_t x) { return (x + 3) & ~(uint64_t)3; }
+
+/* Multiplier of word index i in the format's check. */
+__device__ static inline uint32_t lct__mult(uint64_t i) { return (uint32_t)(2 * i + 1) * LCT__CHECK_MUL; }
+
+__device__ static inline uint32_t lct__warp_sum(uint32_t v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(LCT__FULL, v, o);
+  return v;
+}
+
+__device__ static inline uint64_t lct__warp_sum64(uint64_t v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(LCT__FULL, v, o);
+  return v;
+}
+
+__device__ static inline uint32_t lct__warp_or(uint32_t v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v |= __shfl_xor_sync(LCT__FULL, v, o);
+  return v;
+}
+
+/* Predicated load through a generic address (shared or global memory): *p
+ * when pred, else old. A predicated instruction, not a branch, so per-lane
+ * refills keep a loop body one basic block; p is only dereferenced when pred
+ * holds. */
+__device__ static inline uint32_t lct__ld_if(bool pred, const uint32_t *p, uint32_t old) {
+  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %2, 0;\n @q ld.u32 %0, [%1];\n}"
+               : "+r"(old)
+               : "l"(p), "r"((uint32_t)pred)
+               : "memory");
+  return old;
+}
+
+/* Asynchronous global-to-shared copy of 4 bytes (zero-filled when !valid:
+ * nothing is read then); completion by group. */
+__device__ static inline void lct__cp_async4(void *smem, const void *gmem, bool valid) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0) : "memory");
+}
+
+/* Asynchronous global-to-shared copy (cp.async) of 16 aligned bytes; completion by group. */
+__device__ static inline void lct__cp_async16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ static inline void lct__cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits until at most N of this thread's groups are still in flight. */
+template <int N> __device__ static inline void lct__cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+/* Element e (compile-time under unrolling) of a register array of raw words. */
+template <unsigned W> __device__ static inline uint32_t lct__elem(const uint32_t *x, unsigned e) {
+  if (W == 4) return x[e];
+  if (W == 2) return (x[e >> 1] >> (16 * (e & 1))) & 0xffffu;
+  return (x[e >> 2] >> (8 * (e & 3))) & 0xffu;
+}
+
+/* Index of the tensor whose range starts at or before `index` (begin[] ascending). */
+template <typename T>
+__device__ static inline unsigned lct__find_tensor(const T *t, unsigned count, uint32_t index) {
+  unsigned lo = 0, hi = count - 1;
+  while (lo < hi) {
+    unsigned mid = (lo + hi + 1) >> 1;
+    if (t[mid].begin <= index) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+/* Calls f.template run<DT>() for a runtime dtype; LCT_EDTYPE if unknown. */
+template <typename F> static inline int lct__dispatch(int dtype, F &f) {
+  switch (dtype) {
+  case LCT_DTYPE_RAW: return f.template run<LCT_DTYPE_RAW>();
+  case LCT_DTYPE_F32: return f.template run<LCT_DTYPE_F32>();
+  case LCT_DTYPE_BF16: return f.template run<LCT_DTYPE_BF16>();
+  case LCT_DTYPE_F16: return f.template run<LCT_DTYPE_F16>();
+  case LCT_DTYPE_F8E4M3: return f.template run<LCT_DTYPE_F8E4M3>();
+  case LCT_DTYPE_F8E5M2: return f.template run<LCT_DTYPE_F8E5M2>();
+  }
+  return LCT_EDTYPE;
+}
+
+#endif

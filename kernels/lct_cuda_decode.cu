@@ -1,0 +1,106 @@
+/* lct_cuda_decode.cu — launch wrappers for the decoder: argument checks, workspace layout, per-dtype flattened grids. */
+#include <string.h>
+
+#include "lct_cuda_decode.cuh"
+
+namespace {
+
+constexpr uint64_t kMaxBlocksPerLaunch = 0x7fffffffu;
+constexpr size_t kTableBytes = LCT__TABLE_ENTRIES * sizeof(uint16_t);
+
+int check_item(const lct_cuda_decode_item *it) {
+  const size_t w = lct_dtype_size(it->dtype);
+  if (!w) return LCT_EDTYPE;
+  if (it->n_elems > UINT64_MAX / 8 || lct_chunk_count(it->n_elems) >= kMaxBlocksPerLaunch) return LCT_E2BIG;
+  if (!it->blob || ((uintptr_t)it->blob & 7)) return LCT_EINVAL;
+  if ((it->n_elems && !it->dst) || ((uintptr_t)it->dst % w)) return LCT_EINVAL;
+  if (!it->status || ((uintptr_t)it->status & 3)) return LCT_EINVAL;
+  return 0;
+}
+
+/* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
+ * kernel (one block per blob), then the chunk kernel (a warp per chunk). */
+struct decode_launch {
+  const lct_cuda_decode_item *items;
+  size_t count;
+  int dtype;
+  uint16_t *tables;
+  int *status;
+  unsigned *done;
+  cudaStream_t stream;
+
+  template <int DT> int flush(lct__dec_params &p, uint64_t n_blocks) {
+    if (!p.count) return 0;
+    lct__decode_header_kernel<DT><<<p.count, LCT__HDR_THREADS, 0, stream>>>(p);
+    LCT__LAUNCH_CHECK();
+    if (n_blocks) {
+      lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, 32, 0, stream>>>(p);
+      LCT__LAUNCH_CHECK();
+    }
+    p.count = 0;
+    return 0;
+  }
+
+  template <int DT> int run() {
+    lct__dec_params p;
+    memset(&p, 0, sizeof p);
+    p.tables = tables;
+    p.ws_status = status;
+    p.ws_done = done;
+    uint64_t n_blocks = 0;
+    for (size_t i = 0; i < count; i++) {
+      const lct_cuda_decode_item *it = &items[i];
+      if (it->dtype != dtype) continue;
+      const uint64_t blocks = lct_chunk_count(it->n_elems);
+      if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
+        int rc = flush<DT>(p, n_blocks);
+        if (rc) return rc;
+        n_blocks = 0;
+      }
+      lct__dec_tensor &t = p.t[p.count++];
+      t.blob = static_cast<const uint8_t *>(it->blob);
+      t.blob_bytes = it->blob_bytes;
+      t.dst = static_cast<uint8_t *>(it->dst);
+      t.n_elems = it->n_elems;
+      t.status = it->status;
+      t.begin = (uint32_t)n_blocks;
+      t.slot = (uint32_t)i;
+      t.aligned = ((uintptr_t)it->dst & 15) == 0;
+      n_blocks += blocks;
+    }
+    return flush<DT>(p, n_blocks);
+  }
+};
+
+} // namespace
+
+extern "C" size_t lct_cuda_decode_workspace_size(size_t count) {
+  return count * (kTableBytes + sizeof(int) + sizeof(unsigned));
+}
+
+extern "C" int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t count, void *workspace,
+                                     size_t workspace_bytes, cudaStream_t stream) {
+  if (!count) return 0;
+  if (!items || !workspace || ((uintptr_t)workspace & 15)) return LCT_EINVAL;
+  for (size_t i = 0; i < count; i++) {
+    int rc = check_item(&items[i]);
+    if (rc) return rc;
+  }
+  if (workspace_bytes < lct_cuda_decode_workspace_size(count)) return LCT_EBUFSIZE;
+  uint8_t *ws = static_cast<uint8_t *>(workspace);
+  int *status = reinterpret_cast<int *>(ws + count * kTableBytes);
+  decode_launch l = {items, count, 0, reinterpret_cast<uint16_t *>(ws), status,
+                     reinterpret_cast<unsigned *>(status + count), stream};
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
+    l.dtype = d;
+    int rc = lct__dispatch(d, l);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+extern "C" int lct_cuda_decode(int dtype, uint64_t n_elems, const void *blob, size_t blob_bytes, void *dst,
+                               int *status, void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const lct_cuda_decode_item it = {dtype, n_elems, blob, blob_bytes, dst, status};
+  return lct_cuda_decode_batch(&it, 1, workspace, workspace_bytes, stream);
+}

@@ -1,0 +1,110 @@
+/* lct_cuda_encode.cu — launch wrappers for the encoder: argument checks, workspace layout, per-dtype flattened grids. */
+#include <string.h>
+
+#include "lct_cuda_encode.cuh"
+
+namespace {
+
+/* Blocks of one launch stay below the grid's x limit. */
+constexpr uint64_t kMaxItemsPerLaunch = 0x7fffffffu;
+
+uint64_t work_items(uint64_t n_elems) {
+  const uint64_t chunks = lct_chunk_count(n_elems);
+  return chunks ? chunks : 1;
+}
+
+int check_item(const lct_cuda_encode_item *it) {
+  const size_t w = lct_dtype_size(it->dtype);
+  if (!w) return LCT_EDTYPE;
+  if (lct_dtype_symbol_bits(it->dtype) && (!it->codebook || it->codebook->dtype != it->dtype)) return LCT_EINVAL;
+  if (it->n_elems > UINT64_MAX / 8 || lct_chunk_count(it->n_elems) >= kMaxItemsPerLaunch) return LCT_E2BIG;
+  if ((it->n_elems && !it->src) || ((uintptr_t)it->src % w)) return LCT_EINVAL;
+  if (!it->dst || ((uintptr_t)it->dst & 7) || !it->blob_bytes || ((uintptr_t)it->blob_bytes & 7)) return LCT_EINVAL;
+  if (it->cap < lct_encode_bound(it->dtype, it->n_elems)) return LCT_EBUFSIZE;
+  return 0;
+}
+
+/* Launches the items of one dtype in groups of at most LCT__BATCH tensors. */
+struct encode_launch {
+  const lct_cuda_encode_item *items;
+  size_t count;
+  int dtype;
+  unsigned long long *ws; /* next free workspace word */
+  cudaStream_t stream;
+
+  template <int DT> int flush(lct__enc_params &p, uint64_t n_items) {
+    if (!p.count) return 0;
+    p.ticket = ws;
+    p.lookback = ws + 1;
+    ws += 1 + n_items;
+    constexpr unsigned smem = lct__enc_stage_bytes<DT>();
+    LCT__CUDA_TRY(cudaFuncSetAttribute(lct__encode_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    lct__encode_kernel<DT><<<(unsigned)n_items, LCT__ENC_THREADS, smem, stream>>>(p);
+    LCT__LAUNCH_CHECK();
+    p.count = 0;
+    return 0;
+  }
+
+  template <int DT> int run() {
+    lct__enc_params p;
+    memset(&p, 0, sizeof p);
+    uint64_t n_items = 0;
+    for (size_t i = 0; i < count; i++) {
+      const lct_cuda_encode_item *it = &items[i];
+      if (it->dtype != dtype) continue;
+      const uint64_t w = work_items(it->n_elems);
+      if (p.count == LCT__BATCH || n_items + w > kMaxItemsPerLaunch) {
+        int rc = flush<DT>(p, n_items);
+        if (rc) return rc;
+        n_items = 0;
+      }
+      lct__enc_tensor &t = p.t[p.count++];
+      t.src = static_cast<const uint8_t *>(it->src);
+      t.dst = static_cast<uint8_t *>(it->dst);
+      t.cb = it->codebook ? it->codebook->dev : nullptr;
+      t.n_elems = it->n_elems;
+      t.blob_bytes = it->blob_bytes;
+      t.begin = (uint32_t)n_items;
+      t.aligned = ((uintptr_t)it->src & 15) == 0;
+      n_items += w;
+    }
+    return flush<DT>(p, n_items);
+  }
+};
+
+} // namespace
+
+extern "C" size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t count) {
+  /* Per launch a ticket word, per work item a look-back word; launches never
+   * outnumber tensors. */
+  uint64_t words = 0;
+  for (size_t i = 0; i < count; i++) words += 1 + work_items(items[i].n_elems);
+  return (size_t)(words * 8);
+}
+
+extern "C" int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace,
+                                     size_t workspace_bytes, cudaStream_t stream) {
+  if (!count) return 0;
+  if (!items || !workspace || ((uintptr_t)workspace & 7)) return LCT_EINVAL;
+  for (size_t i = 0; i < count; i++) {
+    int rc = check_item(&items[i]);
+    if (rc) return rc;
+  }
+  const size_t need = lct_cuda_encode_workspace_size(items, count);
+  if (workspace_bytes < need) return LCT_EBUFSIZE;
+  LCT__CUDA_TRY(cudaMemsetAsync(workspace, 0, need, stream));
+  encode_launch l = {items, count, 0, static_cast<unsigned long long *>(workspace), stream};
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
+    l.dtype = d;
+    int rc = lct__dispatch(d, l);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+extern "C" int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems,
+                               void *dst, size_t cap, uint64_t *blob_bytes, void *workspace, size_t workspace_bytes,
+                               cudaStream_t stream) {
+  const lct_cuda_encode_item it = {dtype, codebook, src, n_elems, dst, cap, blob_bytes};
+  return lct_cuda_encode_batch(&it, 1, workspace, workspace_bytes, stream);
+}

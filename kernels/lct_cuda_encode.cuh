@@ -1,0 +1,358 @@
+/* lct_cuda_encode.cuh — device code: single-pass chunk encoder (block scan of code lengths, decoupled look-back for chunk offsets). */
+#ifndef LCT_CUDA_ENCODE_CUH
+#define LCT_CUDA_ENCODE_CUH
+
+#include "lct_cuda_common.cuh"
+
+#define LCT__ENC_THREADS 512 /* one block per chunk; thread i owns chunk elements [32 i, 32 i + 32) */
+#define LCT__EPT 32          /* elements per thread: 16 threads make one 512-element lane stream */
+#define LCT__LB_AGG (1ull << 62)
+#define LCT__LB_INCL (2ull << 62)
+#define LCT__LB_VALUE ((1ull << 62) - 1)
+
+/* One tensor of an encode launch. */
+struct lct__enc_tensor {
+  const uint8_t *src;
+  uint8_t *dst;
+  const lct__dev_codebook *cb;
+  uint64_t n_elems;
+  uint64_t *blob_bytes;
+  uint32_t begin;   /* its first work item (chunk, or the header of an empty tensor) in the launch */
+  uint32_t aligned; /* src is 16-byte aligned */
+};
+
+struct lct__enc_params {
+  lct__enc_tensor t[LCT__BATCH];
+  unsigned long long *ticket;   /* zeroed: hands out work items in launch order */
+  unsigned long long *lookback; /* zeroed: one flag|value word per work item */
+  uint32_t count;
+};
+
+/* Shared-memory word index of chunk word a: one pad word per 32 keeps strided
+ * per-thread accesses free of bank conflicts. */
+__device__ static inline unsigned lct__pidx(unsigned a) { return a + (a >> 5); }
+
+/* Dynamic shared memory of the encoder: the chunk image (raw input, then the
+ * output chunk, at most 8 + 16384 w bytes), padded. */
+template <int DT> constexpr unsigned lct__enc_stage_bytes() {
+  constexpr unsigned words = 2 + 4096 * lct__dt<DT>::W;
+  return 4 * (words + words / 32 + 1);
+}
+
+/* Word j of a chunk's raw bytes (nbytes of them, zero beyond) through loads of
+ * the element size, for inputs that are not 16-byte aligned or partial chunks. */
+template <unsigned W> __device__ static inline uint32_t lct__load_word(const uint8_t *p, uint32_t j, uint32_t nbytes) {
+  const uint32_t b = 4 * j;
+  uint32_t v = 0;
+  if (W == 4) {
+    if (b < nbytes) v = __ldg(reinterpret_cast<const uint32_t *>(p + b));
+  } else if (W == 2) {
+    if (b < nbytes) v = __ldg(reinterpret_cast<const uint16_t *>(p + b));
+    if (b + 2 < nbytes) v |= (uint32_t)__ldg(reinterpret_cast<const uint16_t *>(p + b + 2)) << 16;
+  } else {
+#pragma unroll
+    for (unsigned i = 0; i < 4; i++) {
+      if (b + i < nbytes) v |= (uint32_t)__ldg(p + b + i) << (8 * i);
+    }
+  }
+  return v;
+}
+
+/* Blob bytes [0, 32) and the codebook (blob_size at 32 is the last chunk's). */
+template <int DT>
+__device__ static void lct__write_header(uint8_t *dst, uint64_t n_elems, uint32_t n_chunks,
+                                         const lct__dev_codebook *cb, unsigned tid) {
+  using L = lct__layout_of<DT>;
+  uint32_t *w = reinterpret_cast<uint32_t *>(dst);
+  if (tid == 0) {
+    const uint32_t h[6] = {LCT__MAGIC, LCT_FORMAT_VERSION | (uint32_t)DT << 8 | (uint32_t)LCT_MAX_CODE_LEN << 16,
+                           (uint32_t)n_elems, (uint32_t)(n_elems >> 32), n_chunks, L::CB_BYTES};
+    uint32_t check = 0;
+    if constexpr (L::CB_BYTES > 0) check = cb->cb_check;
+#pragma unroll
+    for (unsigned j = 0; j < 6; j++) {
+      w[j] = h[j];
+      check += h[j] * lct__mult(j);
+    }
+    w[6] = check;
+    w[7] = 0;
+  }
+  if constexpr (L::CB_BYTES > 0) {
+    for (unsigned j = tid; j < L::CB_PAD / 4; j += LCT__ENC_THREADS) w[10 + j] = cb->cb_words[j];
+  }
+}
+
+/* Warp 0: publishes this chunk's size and returns the sum of the sizes of the
+ * tensor's earlier chunks (decoupled look-back over items [first, item)). Work
+ * items are handed out in order, so every awaited predecessor is running. */
+__device__ static inline uint64_t lct__lookback(unsigned long long *st, uint32_t first, uint32_t item, uint32_t size,
+                                                unsigned lane) {
+  if (item == first) {
+    if (lane == 0) atomicExch(st + item, LCT__LB_INCL | size);
+    return 0;
+  }
+  if (lane == 0) atomicExch(st + item, LCT__LB_AGG | size);
+  uint64_t excl = 0;
+  int64_t pos = (int64_t)item - 1;
+  for (;;) {
+    const int64_t idx = pos - (int64_t)lane;
+    uint64_t v = LCT__LB_INCL; /* before the tensor's first chunk: an inclusive zero */
+    if (idx >= (int64_t)first) {
+      const volatile unsigned long long *p = st + idx;
+      do {
+        v = *p;
+      } while ((v >> 62) == 0);
+    }
+    const uint32_t incl = __ballot_sync(LCT__FULL, (v >> 62) == 2);
+    uint64_t val = v & LCT__LB_VALUE;
+    if (incl) {
+      if (lane > (unsigned)(__ffs(incl) - 1)) val = 0;
+      excl += lct__warp_sum64(val);
+      break;
+    }
+    excl += lct__warp_sum64(val);
+    pos -= 32;
+  }
+  if (lane == 0) atomicExch(st + item, LCT__LB_INCL | (excl + size));
+  return excl;
+}
+
+/* Packs this thread's 32 mantissas, K bits each after dropping M - K trimmed
+ * bits, into its K words of the mantissa section (words >= mwords are the
+ * chunk tail's, not stored). K is a compile-time constant: fixed shifts. */
+template <unsigned W, unsigned M, unsigned K>
+__device__ static inline void lct__pack_mant(const uint32_t *x, uint32_t *stage, unsigned word0, unsigned mwords) {
+  uint32_t cur = 0;
+#pragma unroll
+  for (unsigned e = 0; e < LCT__EPT; e++) {
+    const uint32_t v = (lct__elem<W>(x, e) >> (M - K)) & ((1u << K) - 1);
+    const unsigned bit = e * K, q = bit / 32, sh = bit % 32;
+    cur |= v << sh;
+    if (sh + K >= 32) { /* word q is complete */
+      if (word0 + q < mwords) stage[lct__pidx(LCT_CODED_CHUNK_HEADER / 4 + word0 + q)] = cur;
+      cur = sh + K > 32 ? v >> (32 - sh) : 0;
+    }
+  }
+}
+
+/* lct__pack_mant for the runtime k (1..M). */
+template <unsigned W, unsigned M, unsigned K = 1>
+__device__ static inline void lct__pack_mant_k(unsigned k, const uint32_t *x, uint32_t *stage, unsigned word0,
+                                               unsigned mwords) {
+  if constexpr (K <= M) {
+    if (k == K) {
+      lct__pack_mant<W, M, K>(x, stage, word0, mwords);
+    } else {
+      lct__pack_mant_k<W, M, K + 1>(k, x, stage, word0, mwords);
+    }
+  }
+}
+
+/* Sum of the code bits of this thread's first nv elements (FULL: all 32). */
+template <unsigned W, unsigned M, bool FULL>
+__device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32_t *enc, unsigned nv) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (unsigned e = 0; e < LCT__EPT; e++) {
+    if (FULL || e < nv) bits += enc[lct__elem<W>(x, e) >> M] >> 24;
+  }
+  return bits;
+}
+
+/* ORs the codes of this thread's first nv elements into the staged code
+ * section from word q, bit na on; straight-line code, the flushes predicated. */
+template <unsigned W, unsigned M, bool FULL>
+__device__ static inline void lct__emit_codes(const uint32_t *x, const uint32_t *enc, uint32_t *stage, unsigned q,
+                                              unsigned na, unsigned nv) {
+  uint64_t acc = 0;
+#pragma unroll
+  for (unsigned e = 0; e < LCT__EPT; e++) {
+    if (FULL || e < nv) {
+      const uint32_t ent = enc[lct__elem<W>(x, e) >> M];
+      acc |= (uint64_t)(ent & 0xffffffu) << na;
+      na += ent >> 24;
+      const bool full = na >= 32;
+      if (full) atomicOr(&stage[lct__pidx(q)], (uint32_t)acc);
+      acc = full ? acc >> 32 : acc;
+      q += full;
+      na -= full ? 32 : 0;
+    }
+  }
+  if (na) atomicOr(&stage[lct__pidx(q)], (uint32_t)acc);
+}
+
+/* Blocks per SM the register budget is sized for: 3 (42 registers) where the
+ * raw words fit, 2 for f32's 32 words per thread. */
+template <int DT> constexpr int lct__enc_min_blocks() { return lct__dt<DT>::W == 4 ? 2 : 3; }
+
+template <int DT>
+__global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) lct__encode_kernel(const __grid_constant__ lct__enc_params p) {
+  using D = lct__dt<DT>;
+  using L = lct__layout_of<DT>;
+  constexpr unsigned W = D::W, S = D::S, M = D::M;
+  constexpr unsigned WPT = LCT__EPT * W / 4; /* raw words per thread */
+  constexpr unsigned CHUNK_WORDS = LCT_CHUNK_ELEMS * W / 4;
+  constexpr uint32_t MMASK = (1u << M) - 1;
+
+  extern __shared__ uint32_t stage[];
+  __shared__ uint32_t s_enc[S ? 1u << S : 1];
+  __shared__ uint32_t s_wbits[16], s_wchk[16], s_wor[16], s_lane_bits[32];
+  __shared__ uint32_t s_item;
+  __shared__ uint64_t s_excl;
+
+  const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) s_item = (uint32_t)atomicAdd(p.ticket, 1ull);
+  __syncthreads();
+  const uint32_t item = s_item;
+  const lct__enc_tensor &T = p.t[lct__find_tensor(p.t, p.count, item)];
+  const uint64_t n_elems = T.n_elems;
+  const uint32_t n_chunks = (uint32_t)((n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS);
+  const uint64_t data_start = L::TABLE + 8ull * n_chunks;
+  uint8_t *const dst = T.dst;
+
+  if (n_chunks == 0) { /* an empty tensor: header and codebook only */
+    lct__write_header<DT>(dst, 0, 0, T.cb, tid);
+    if (tid == 0) {
+      *reinterpret_cast<uint64_t *>(dst + 32) = data_start;
+      *T.blob_bytes = data_start;
+    }
+    return;
+  }
+
+  const uint32_t c = item - T.begin;
+  const uint64_t first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
+  const uint32_t n = n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(n_elems - first_elem) : LCT_CHUNK_ELEMS;
+  const uint8_t *src = T.src + first_elem * W;
+
+  if (c == 0) lct__write_header<DT>(dst, n_elems, n_chunks, T.cb, tid);
+  if constexpr (S > 0) {
+    for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) s_enc[i] = T.cb->enc[i];
+  }
+  /* Coalesced load of the chunk into shared memory, then each thread takes its
+   * 32 consecutive elements into registers. */
+  if (T.aligned && n == LCT_CHUNK_ELEMS) {
+    constexpr unsigned UNITS = CHUNK_WORDS / 4 / LCT__ENC_THREADS;
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+    uint4 v[UNITS];
+#pragma unroll
+    for (unsigned r = 0; r < UNITS; r++) v[r] = __ldg(s4 + tid + r * LCT__ENC_THREADS);
+#pragma unroll
+    for (unsigned r = 0; r < UNITS; r++) {
+      const unsigned a = 2 + 4 * (tid + r * LCT__ENC_THREADS);
+      stage[lct__pidx(a)] = v[r].x;
+      stage[lct__pidx(a + 1)] = v[r].y;
+      stage[lct__pidx(a + 2)] = v[r].z;
+      stage[lct__pidx(a + 3)] = v[r].w;
+    }
+  } else {
+    const uint32_t nbytes = n * W;
+    for (unsigned j = tid; j < CHUNK_WORDS; j += LCT__ENC_THREADS)
+      stage[lct__pidx(2 + j)] = lct__load_word<W>(src, j, nbytes);
+  }
+  __syncthreads();
+  /* The raw bytes sit where a raw chunk keeps them (after its 8-byte header). */
+  uint32_t x[WPT];
+#pragma unroll
+  for (unsigned j = 0; j < WPT; j++) x[j] = stage[lct__pidx(2 + tid * WPT + j)];
+
+  /* Check, mantissa OR and code bits of this thread's elements. */
+  const uint64_t word0 = (uint64_t)c * CHUNK_WORDS + tid * WPT;
+  uint32_t chk = 0, mul = lct__mult(word0);
+#pragma unroll
+  for (unsigned j = 0; j < WPT; j++, mul += 2 * LCT__CHECK_MUL) chk += x[j] * mul;
+  const unsigned e0 = tid * LCT__EPT;
+  const unsigned nv = n > e0 ? min(n - e0, (unsigned)LCT__EPT) : 0;
+  uint32_t mor = 0, tbits = 0;
+  if constexpr (S > 0) {
+#pragma unroll
+    for (unsigned j = 0; j < WPT; j++) mor |= x[j];
+    if (W == 2) mor |= mor >> 16;
+    if (W == 1) mor |= mor >> 8 | mor >> 16 | mor >> 24;
+    mor &= MMASK;
+    tbits = nv == LCT__EPT ? lct__code_bits<W, M, true>(x, s_enc, nv) : lct__code_bits<W, M, false>(x, s_enc, nv);
+  }
+  /* Block scan of code bits (thread order is stream order), lane-stream sums. */
+  uint32_t incl = tbits;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(LCT__FULL, incl, o);
+    if ((int)lane >= o) incl += y;
+  }
+  uint32_t lbits = tbits;
+#pragma unroll
+  for (int o = 8; o; o >>= 1) lbits += __shfl_xor_sync(LCT__FULL, lbits, o);
+  chk = lct__warp_sum(chk);
+  mor = lct__warp_or(mor);
+  if (lane == 31) s_wbits[warp] = incl;
+  if (lane == 0) {
+    s_wchk[warp] = chk;
+    s_wor[warp] = mor;
+  }
+  if ((lane & 15) == 0) s_lane_bits[tid >> 4] = lbits;
+  __syncthreads();
+  uint32_t total = 0, before = 0, bchk = 0, bor = 0;
+#pragma unroll
+  for (unsigned w = 0; w < LCT__ENC_THREADS / 32; w++) {
+    const uint32_t b = s_wbits[w];
+    before += w < warp ? b : 0;
+    total += b;
+    bchk += s_wchk[w];
+    bor |= s_wor[w];
+  }
+  const uint32_t bitpos = before + incl - tbits; /* this thread's first bit in the code section */
+
+  unsigned trim = 0, k = 0;
+  if constexpr (S > 0) {
+    trim = bor ? (unsigned)__ffs(bor) - 1 : M;
+    k = M - trim;
+  }
+  const uint32_t raw_size = 8 + (uint32_t)lct__pad4((uint64_t)n * W);
+  const uint32_t mbytes = (uint32_t)lct__pad4(((uint64_t)n * k + 7) / 8), hbytes = (uint32_t)lct__pad4((total + 7) / 8);
+  const bool coded = S > 0 && LCT_CODED_CHUNK_HEADER + mbytes + hbytes < raw_size;
+  const uint32_t size = coded ? LCT_CODED_CHUNK_HEADER + mbytes + hbytes : raw_size;
+
+  if (warp == 0) {
+    const uint64_t excl = lct__lookback(p.lookback, T.begin, item, size, lane);
+    if (lane == 0) s_excl = excl;
+  }
+  /* Build the chunk image in shared memory (for a coded chunk over the raw
+   * input, which every thread holds in registers by now). */
+  const unsigned mwords = mbytes / 4, code0 = LCT_CODED_CHUNK_HEADER / 4 + mwords;
+  if (coded) {
+    for (unsigned q = tid; q < hbytes / 4; q += LCT__ENC_THREADS) stage[lct__pidx(code0 + q)] = 0;
+    if (tid == 0) {
+      stage[lct__pidx(0)] = 1u | trim << 8;
+      stage[lct__pidx(1)] = bchk;
+    }
+    if (tid < 16) stage[lct__pidx(2 + tid)] = s_lane_bits[2 * tid] | s_lane_bits[2 * tid + 1] << 16;
+    /* 32 elements of k bits: exactly k words, word-aligned. */
+    if constexpr (S > 0) lct__pack_mant_k<W, M>(k, x, stage, tid * k, mwords);
+  } else if (tid == 0) { /* the raw bytes are in place, zero-padded */
+    stage[lct__pidx(0)] = 0;
+    stage[lct__pidx(1)] = bchk;
+  }
+  __syncthreads(); /* code words zeroed; s_excl published */
+  if constexpr (S > 0) {
+    if (coded && tbits) { /* neighbours share boundary words: OR them in */
+      const unsigned q = code0 + (bitpos >> 5), na = bitpos & 31;
+      if (nv == LCT__EPT) {
+        lct__emit_codes<W, M, true>(x, s_enc, stage, q, na, nv);
+      } else {
+        lct__emit_codes<W, M, false>(x, s_enc, stage, q, na, nv);
+      }
+    }
+  }
+  const uint64_t off = data_start + s_excl;
+  if (tid == 0) {
+    reinterpret_cast<uint64_t *>(dst + L::TABLE)[c] = off;
+    if (c == n_chunks - 1) {
+      *reinterpret_cast<uint64_t *>(dst + 32) = off + size;
+      *T.blob_bytes = off + size;
+    }
+  }
+  __syncthreads();
+  uint32_t *out = reinterpret_cast<uint32_t *>(dst + off);
+  for (unsigned a = tid; a < size / 4; a += LCT__ENC_THREADS) out[a] = stage[lct__pidx(a)];
+}
+
+#endif

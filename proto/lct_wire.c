@@ -1,0 +1,88 @@
+/* lct_wire.c — frame prefix, split and header validation shared by lctd and liblct. */
+#include "lct_wire.h"
+
+#include <string.h>
+
+#include "lct_error.h"
+
+static const uint8_t lct__magic[4] = {'L', 'C', 'T', 'P'};
+
+static uint32_t lct__rd32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void lct_wire_prefix(uint8_t *dst, size_t header_len) {
+  memcpy(dst, lct__magic, 4);
+  dst[4] = LCT_WIRE_VERSION;
+  dst[5] = 0; /* flags */
+  dst[6] = 0; /* reserved */
+  dst[7] = 0;
+  dst[8] = (uint8_t)header_len;
+  dst[9] = (uint8_t)(header_len >> 8);
+  dst[10] = (uint8_t)(header_len >> 16);
+  dst[11] = (uint8_t)(header_len >> 24);
+}
+
+int lct_wire_split(const void *msg, size_t len, lct_wire_frame *out) {
+  const uint8_t *p = msg;
+  if (len < LCT_WIRE_PREFIX_BYTES || memcmp(p, lct__magic, 4) != 0)
+    return LCT_EPROTO;
+  if (p[4] != LCT_WIRE_VERSION)
+    return LCT_EVERSION;
+  if (p[5] != 0 || p[6] != 0 || p[7] != 0)
+    return LCT_EPROTO;
+  uint32_t hlen = lct__rd32(p + 8);
+  if (hlen == 0 || hlen > LCT_WIRE_HEADER_MAX || hlen > len - LCT_WIRE_PREFIX_BYTES)
+    return LCT_EPROTO;
+  out->header = p + LCT_WIRE_PREFIX_BYTES;
+  out->header_len = hlen;
+  out->payload = out->header + hlen;
+  out->payload_len = len - LCT_WIRE_PREFIX_BYTES - hlen;
+  return 0;
+}
+
+int lct_wire_key_check(const uint8_t *key, size_t len) {
+  if (len == 0 || len > LCT_KEY_MAX || key == NULL)
+    return LCT_ENAMETOOLONG;
+  if (memchr(key, 0, len) != NULL)
+    return LCT_EINVAL;
+  return 0;
+}
+
+static int lct__meta_check(const Lctpb__TensorMeta *m) {
+  return m->n_shape > LCT_MAX_DIMS ? LCT_EPROTO : 0;
+}
+
+int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
+  Lctpb__Request *rq = lctpb__request__unpack(NULL, frame->header_len, frame->header);
+  if (rq == NULL)
+    return LCT_EPROTO;
+  int rc = 0;
+  if (rq->payload_bytes != frame->payload_len)
+    rc = LCT_EPROTO;
+  else if (rq->has_key && (rc = lct_wire_key_check(rq->key.data, rq->key.len)) != 0)
+    ;
+  else if ((rq->has_prefix && rq->prefix.len > LCT_KEY_MAX) ||
+           (rq->has_cursor && rq->cursor.len > LCT_KEY_MAX))
+    rc = LCT_ENAMETOOLONG;
+  else if (rq->meta != NULL)
+    rc = lct__meta_check(rq->meta);
+  if (rc != 0) {
+    lctpb__request__free_unpacked(rq, NULL);
+    return rc;
+  }
+  *out = rq;
+  return 0;
+}
+
+int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out) {
+  Lctpb__Reply *rp = lctpb__reply__unpack(NULL, frame->header_len, frame->header);
+  if (rp == NULL)
+    return LCT_EPROTO;
+  if (rp->payload_bytes != frame->payload_len || (rp->meta != NULL && lct__meta_check(rp->meta))) {
+    lctpb__reply__free_unpacked(rp, NULL);
+    return LCT_EPROTO;
+  }
+  *out = rp;
+  return 0;
+}

@@ -1,0 +1,60 @@
+/* backend.h — where coded tensors live and how they are coded: the interface a cpu or cuda backend implements. */
+#ifndef LCT_SERVER_BACKEND_H
+#define LCT_SERVER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lct_codec.h"
+
+/* A backend owns blob memory (host memory for cpu, a device region reserved
+ * once at start for cuda) and runs the codec between caller host buffers and
+ * that memory. alloc/shrink/release run on the loop thread only; encode and
+ * decode run on threadpool workers, several at once, and must be thread-safe.
+ * Capacity accounting is the pool's (server/pool.c), not the backend's. */
+typedef struct lct__backend_ops {
+  const char *name;
+  /* Blob memory of at least bytes; LCT_ENOMEM (or LCT_ENOSPC when a fixed
+   * region is fragmented) on failure. */
+  int (*alloc)(void *ctx, size_t bytes, void **out);
+  /* Gives back the tail of a blob after encoding; may move it (*out). On
+   * failure the blob stays valid at its old size. */
+  int (*shrink)(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out);
+  void (*release)(void *ctx, void *blob, size_t bytes);
+  /* Encodes n elements from host memory src into blob memory dst (cap bytes,
+   * at least lct_encode_bound). cb is NULL for the raw dtype. Fills
+   * stats->blob_bytes and stats->code_bits, what drift detection compares
+   * with the codebook's expected_bits_per_elem (cpu: the bits of the code
+   * sections written, chunks stored raw counting none; cuda: the bits the
+   * codebook spends on every element, from a device histogram). */
+  int (*encode)(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+                void *dst, size_t cap, lct_encode_stats *stats);
+  /* Decodes a blob of len bytes in blob memory, expected to hold n elements
+   * of dtype, into host memory dst (n * dtype size bytes). */
+  int (*decode)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
+  void (*destroy)(void *ctx);
+} lct__backend_ops;
+
+typedef struct lct__backend {
+  const lct__backend_ops *ops;
+  void *ctx;
+  uint64_t capacity; /* bytes the backend can hold; the pool's default capacity */
+} lct__backend;
+
+/* Host memory and the CPU reference codec; always available. memory 0 picks
+ * half of the host's physical memory. */
+int lct__backend_cpu_open(uint64_t memory, lct__backend *out);
+
+#ifdef LCT_HAVE_CUDA
+/* Whether a CUDA device is usable (for --backend auto). */
+int lct__backend_cuda_present(void);
+/* GPU memory of one device, reserved once (memory bytes; 0: 90% of what is
+ * free after the workers' buffers) and sub-allocated; the GPU codec
+ * (kernels/lct_cuda.h). threads workers each get a stream and device buffers
+ * for segments of up to segment_max raw bytes. LCT_ENODEV, LCT_ENOMEM or
+ * LCT_ECUDA on failure. */
+int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t segment_max,
+                           lct__backend *out);
+#endif
+
+#endif

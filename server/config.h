@@ -1,0 +1,61 @@
+/* config.h — lctd settings: one table of name, type, bounds and default, read from a file and flags. */
+#ifndef LCT_SERVER_CONFIG_H
+#define LCT_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define LCT__LISTEN_MAX 16
+
+enum { LCT__BACKEND_AUTO, LCT__BACKEND_CPU, LCT__BACKEND_CUDA };
+enum { LCT__LOG_ERROR, LCT__LOG_WARN, LCT__LOG_INFO, LCT__LOG_DEBUG };
+
+typedef struct lct__config {
+  char *listen[LCT__LISTEN_MAX]; /* nanomsg endpoints to bind */
+  int n_listen;
+  int backend;                   /* LCT__BACKEND_* */
+  uint64_t memory;               /* pool capacity in bytes; 0: automatic */
+  int device;                    /* CUDA device ordinal */
+  uint64_t frame_size;           /* payload bytes per frame */
+  uint64_t segment_size;         /* raw bytes per independently coded segment */
+  uint64_t staging_memory;       /* bytes of chunked puts held before commit */
+  int max_pending_puts;          /* chunked puts begun and not committed */
+  uint64_t put_timeout_ms;       /* idle time after which a begun put is dropped */
+  int threads;                   /* codec worker threads; 0: one per CPU */
+  int log_level;                 /* LCT__LOG_* */
+  char *http;                    /* HOST:PORT of the HTTP stats endpoint; "" for none */
+  int listen_source;             /* internal: which source last set listen */
+} lct__config;
+
+/* Fills cfg with the table's defaults. Free with lct__config_free. */
+void lct__config_init(lct__config *cfg);
+void lct__config_free(lct__config *cfg);
+
+/* Sets one setting by name from its text form. source distinguishes the file
+ * from flags so that the first `listen` of a source replaces the earlier list
+ * and later ones append. Returns 0 or LCT_ECONFIG with a message in err. */
+int lct__config_set(lct__config *cfg, const char *name, const char *value, int source, char *err,
+                    size_t errlen);
+
+/* Reads "name value" lines ('#' starts a comment; blank lines ignored). */
+int lct__config_load(lct__config *cfg, const char *path, char *err, size_t errlen);
+
+/* Applies argv: --config FILE is loaded first, then every --NAME VALUE (or
+ * --NAME=VALUE) flag in order. Returns 0 or LCT_ECONFIG with a message. */
+int lct__config_args(lct__config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Checks relations between settings (segment vs frame size and so on). */
+int lct__config_check(const lct__config *cfg, char *err, size_t errlen);
+
+/* Prints every setting with its bounds, default and help, for --help. */
+void lct__config_usage(FILE *to);
+/* Prints the current values in config-file syntax. */
+void lct__config_dump(const lct__config *cfg, FILE *to);
+
+/* "512M", "40G", "64k", "1048576": binary multiples K, M, G, T (optional B or iB). */
+int lct__parse_size(const char *text, uint64_t *out);
+/* "500ms", "30s", "5m", "2h", or plain milliseconds. */
+int lct__parse_ms(const char *text, uint64_t *out);
+
+#endif

@@ -1,0 +1,591 @@
+/* handlers.c — lctd request handlers: parse a frame, dispatch by op, reply. */
+#include "handlers.h"
+
+#include <inttypes.h>
+#include <nanomsg/nn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_error.h"
+#include "lct_wire.h"
+#include "log.h"
+#include "server.h"
+#include "staging.h"
+#include "transport.h"
+#include "work.h"
+
+#ifndef LCT_VERSION
+#define LCT_VERSION "0"
+#endif
+
+#define LCT__LIST_DEFAULT 100
+
+/* One request from receipt to reply; owns the nanomsg buffers. */
+typedef struct lct__request {
+  lct__server *srv;
+  int sock;
+  void *control;        /* routing header, handed back with the reply */
+  void *msg;            /* the received message (NULL once a staged put keeps it) */
+  uint32_t op;
+  lct_wire_frame frame; /* views into msg */
+  Lctpb__Request *hdr;
+  lct__pending *pending; /* PUT_COMMIT: the staged put being encoded */
+  void *reply_msg;      /* GET: the reply being filled by decode workers */
+  size_t reply_len;
+} lct__request;
+
+static void lct__request_free(lct__request *rq) {
+  if (rq->hdr != NULL)
+    lctpb__request__free_unpacked(rq->hdr, NULL);
+  if (rq->msg != NULL)
+    nn_freemsg(rq->msg);
+  if (rq->control != NULL)
+    nn_freemsg(rq->control);
+  if (rq->reply_msg != NULL)
+    nn_freemsg(rq->reply_msg);
+  if (rq->pending != NULL)
+    lct__staging_release(rq->srv->staging, rq->pending);
+  free(rq);
+}
+
+/* Packs rp into a new nanomsg buffer with room for plen payload bytes. */
+static int lct__reply_alloc(Lctpb__Reply *rp, size_t plen, void **msg, size_t *len,
+                            uint8_t **payload) {
+  rp->payload_bytes = plen;
+  size_t hlen = lctpb__reply__get_packed_size(rp);
+  if (hlen > LCT_WIRE_HEADER_MAX)
+    return LCT_E2BIG;
+  size_t total = LCT_WIRE_PREFIX_BYTES + hlen + plen;
+  uint8_t *m = nn_allocmsg(total, 0);
+  if (m == NULL)
+    return LCT_ENOMEM;
+  lct_wire_prefix(m, hlen);
+  lctpb__reply__pack(rp, m + LCT_WIRE_PREFIX_BYTES);
+  *msg = m;
+  *len = total;
+  *payload = m + LCT_WIRE_PREFIX_BYTES + hlen;
+  return 0;
+}
+
+/* Sends a packed reply, counts it, and ends the request. */
+static void lct__reply_send(lct__request *rq, uint32_t status, void *msg, size_t len) {
+  lct__server *srv = rq->srv;
+  srv->stats.bytes_out += len;
+  lct__stats_count(&srv->stats, rq->op, status);
+  lct__transport_send(srv->transport, rq->sock, rq->control, msg, len);
+  rq->control = NULL;
+  lct__request_free(rq);
+}
+
+static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, size_t plen) {
+  void *msg;
+  size_t len;
+  uint8_t *dst;
+  int rc = lct__reply_alloc(rp, plen, &msg, &len, &dst);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "cannot build the reply");
+    return;
+  }
+  if (plen > 0)
+    memcpy(dst, payload, plen);
+  lct__reply_send(rq, 0, msg, len);
+}
+
+static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.status = (uint32_t)-err;
+  rp.message = text;
+  void *msg;
+  size_t len;
+  uint8_t *dst;
+  if (lct__reply_alloc(&rp, 0, &msg, &len, &dst) != 0) {
+    lct__log_error("out of memory for an error reply (%s); the client will time out", text);
+    lct__stats_count(&rq->srv->stats, rq->op, rp.status);
+    lct__request_free(rq);
+    return;
+  }
+  lct__log_debug("op %u: %s: %s", rq->op, lct_err_name(err), text);
+  lct__reply_send(rq, rp.status, msg, len);
+}
+
+static void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m) {
+  lctpb__tensor_meta__init(m);
+  m->has_dtype = 1;
+  m->dtype = (uint32_t)e->dtype;
+  m->n_shape = (size_t)e->ndim;
+  m->shape = (uint64_t *)e->shape;
+  m->has_raw_bytes = 1;
+  m->raw_bytes = e->raw_bytes;
+  m->has_stored_bytes = 1;
+  m->stored_bytes = e->stored_bytes;
+  m->has_version = 1;
+  m->version = e->version;
+  m->has_checksum = 1;
+  m->checksum = e->checksum;
+}
+
+int lct__put_decl_parse(const Lctpb__TensorMeta *m, lct__put_decl *d) {
+  memset(d, 0, sizeof *d);
+  if (m == NULL || !m->has_dtype)
+    return LCT_EINVAL;
+  size_t w = m->dtype < LCT_DTYPE_COUNT ? lct_dtype_size((int)m->dtype) : 0;
+  if (w == 0)
+    return LCT_EDTYPE;
+  if (m->n_shape > LCT_MAX_DIMS)
+    return LCT_EINVAL;
+  uint64_t n = 1;
+  for (size_t i = 0; i < m->n_shape; i++) {
+    if (m->shape[i] != 0 && n > UINT64_MAX / m->shape[i])
+      return LCT_E2BIG;
+    n *= m->shape[i];
+    d->shape[i] = m->shape[i];
+  }
+  if (n > (uint64_t)SIZE_MAX / w)
+    return LCT_E2BIG;
+  d->dtype = (int)m->dtype;
+  d->ndim = (int)m->n_shape;
+  d->n_elems = n;
+  d->raw_bytes = n * w;
+  if (m->has_raw_bytes && m->raw_bytes != d->raw_bytes)
+    return LCT_ESIZE;
+  d->has_checksum = m->has_checksum;
+  d->checksum = m->checksum;
+  return 0;
+}
+
+static int lct__need_key(lct__request *rq) {
+  if (rq->hdr->has_key)
+    return 1;
+  lct__reply_error(rq, LCT_EINVAL, "this operation needs a key");
+  return 0;
+}
+
+static int lct__decl_or_reply(lct__request *rq, lct__put_decl *d) {
+  int rc = lct__put_decl_parse(rq->hdr->meta, d);
+  if (rc == 0)
+    return 1;
+  const Lctpb__TensorMeta *m = rq->hdr->meta;
+  if (rc == LCT_ESIZE)
+    lct__reply_error(rq, rc, "raw_bytes %" PRIu64 " disagrees with dtype and shape (%" PRIu64 ")",
+                     m->raw_bytes, d->raw_bytes);
+  else if (rc == LCT_EDTYPE)
+    lct__reply_error(rq, rc, "unknown dtype %u", m->dtype);
+  else if (rc == LCT_E2BIG)
+    lct__reply_error(rq, rc, "shape product overflows");
+  else
+    lct__reply_error(rq, rc, "put needs meta with a dtype (and shape)");
+  return 0;
+}
+
+static void lct__reply_nospc(lct__request *rq, uint64_t need) {
+  lct__pool *pool = rq->srv->pool;
+  lct__reply_error(rq, LCT_ENOSPC,
+                   "needs up to %" PRIu64 " pool bytes; %" PRIu64 " of %" PRIu64 " in use", need,
+                   lct__pool_used(pool), lct__pool_capacity(pool));
+}
+
+/* ---- put ---------------------------------------------------------------- */
+
+static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *e) {
+  lct__request *rq = arg;
+  if (rq->pending != NULL) {
+    lct__staging_release(rq->srv->staging, rq->pending);
+    rq->pending = NULL;
+  }
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+/* Starts the encode of a complete tensor; replies itself on failure. */
+static void lct__put_begin_encode(lct__request *rq, const uint8_t *key, size_t key_len,
+                                  const lct__put_decl *d, const lct__put_src *src) {
+  int rc = lct__put_start(rq->srv, key, key_len, d, src, lct__put_done, rq);
+  if (rc == LCT_ENOSPC)
+    lct__reply_nospc(rq, lct__put_reserve(rq->srv, d));
+  else if (rc != 0)
+    lct__reply_error(rq, rc, "cannot start the encode");
+}
+
+static void lct__op_put(lct__request *rq) {
+  lct__put_decl d;
+  if (!lct__need_key(rq) || !lct__decl_or_reply(rq, &d))
+    return;
+  if (rq->frame.payload_len != d.raw_bytes) {
+    lct__reply_error(rq, LCT_ESIZE, "payload is %zu bytes; dtype and shape make %" PRIu64,
+                     rq->frame.payload_len, d.raw_bytes);
+    return;
+  }
+  if (d.raw_bytes > rq->srv->cfg.frame_size) {
+    lct__reply_error(rq, LCT_E2BIG, "%" PRIu64 " bytes exceed the frame size %" PRIu64
+                     "; use a chunked put", d.raw_bytes, rq->srv->cfg.frame_size);
+    return;
+  }
+  lct__put_src src = {rq->frame.payload, NULL, 0};
+  lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &src);
+}
+
+static void lct__op_put_begin(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  lct__put_decl d;
+  if (!lct__need_key(rq) || !lct__decl_or_reply(rq, &d))
+    return;
+  if (rq->frame.payload_len != 0) {
+    lct__reply_error(rq, LCT_EINVAL, "put-begin carries no payload; send it in put-chunk");
+    return;
+  }
+  uint64_t need = lct__put_reserve(srv, &d);
+  if (!lct__pool_fits(srv->pool, need)) {
+    lct__reply_nospc(rq, need);
+    return;
+  }
+  lct__pending *p;
+  int rc = lct__staging_begin(srv->staging, rq->hdr->key.data, rq->hdr->key.len, &d, &p);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "staging full: %" PRIu64 " of %" PRIu64 " bytes held by %" PRIu64
+                     " puts; %" PRIu64 " more needed",
+                     srv->stats.staging_bytes, srv->cfg.staging_memory, srv->stats.pending_puts,
+                     d.raw_bytes);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_put_id = 1;
+  rp.put_id = p->id;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+static lct__pending *lct__find_put(lct__request *rq) {
+  lct__pending *p = rq->hdr->has_put_id ? lct__staging_find(rq->srv->staging, rq->hdr->put_id)
+                                         : NULL;
+  if (p == NULL)
+    lct__reply_error(rq, LCT_ENOENT, "no such put (never begun, committed, aborted or expired)");
+  else if (rq->hdr->has_key &&
+           (rq->hdr->key.len != p->key_len || memcmp(rq->hdr->key.data, p->key, p->key_len))) {
+    lct__reply_error(rq, LCT_EINVAL, "key differs from the one the put began with");
+    p = NULL;
+  }
+  return p;
+}
+
+static void lct__op_put_chunk(lct__request *rq) {
+  lct__pending *p = lct__find_put(rq);
+  if (p == NULL)
+    return;
+  uint64_t off = rq->hdr->has_offset ? rq->hdr->offset : UINT64_MAX;
+  size_t len = rq->frame.payload_len;
+  if (off != p->received) {
+    lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 "; the put expects %" PRIu64,
+                     off, p->received);
+    return;
+  }
+  if (len > p->decl.raw_bytes - p->received) {
+    lct__reply_error(rq, LCT_ESIZE, "chunk of %zu bytes at %" PRIu64 " runs past %" PRIu64, len,
+                     off, p->decl.raw_bytes);
+    return;
+  }
+  if (len > 0) {
+    /* The put keeps the message: no copy of the payload. */
+    if (lct__staging_add(rq->srv->staging, p, rq->msg, rq->frame.payload, len) != 0) {
+      lct__reply_error(rq, LCT_ENOMEM, "out of memory recording a chunk");
+      return;
+    }
+    rq->msg = NULL;
+  }
+  lct__staging_touch(rq->srv->staging, p);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_received = 1;
+  rp.received = p->received;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+static void lct__op_put_commit(lct__request *rq) {
+  lct__pending *p = lct__find_put(rq);
+  if (p == NULL)
+    return;
+  if (p->received != p->decl.raw_bytes) {
+    lct__reply_error(rq, LCT_ESIZE, "put incomplete: %" PRIu64 " of %" PRIu64 " bytes received",
+                     p->received, p->decl.raw_bytes);
+    return;
+  }
+  lct__staging_take(rq->srv->staging, p);
+  rq->pending = p; /* released when the encode ends, or with the request */
+  lct__put_src src = {NULL, p->pieces, p->n_pieces};
+  lct__put_begin_encode(rq, p->key, p->key_len, &p->decl, &src);
+}
+
+static void lct__op_put_abort(lct__request *rq) {
+  lct__pending *p = lct__find_put(rq);
+  if (p == NULL)
+    return;
+  lct__staging_take(rq->srv->staging, p);
+  lct__staging_release(rq->srv->staging, p);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+/* ---- get, delete, stat, list -------------------------------------------- */
+
+static void lct__get_done(void *arg, int rc) {
+  lct__request *rq = arg;
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "stored tensor failed to decode");
+    return;
+  }
+  void *msg = rq->reply_msg;
+  rq->reply_msg = NULL;
+  lct__reply_send(rq, 0, msg, rq->reply_len);
+}
+
+static lct__entry *lct__find_key(lct__request *rq) {
+  lct__entry *e = lct__store_find(rq->srv->store, rq->hdr->key.data, rq->hdr->key.len);
+  if (e == NULL)
+    lct__reply_error(rq, LCT_ENOENT, "no such key");
+  return e;
+}
+
+static void lct__op_get(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  Lctpb__Request *h = rq->hdr;
+  if (!lct__need_key(rq))
+    return;
+  lct__entry *e = lct__find_key(rq);
+  if (e == NULL)
+    return;
+  if (h->has_version && h->version != e->version) {
+    lct__reply_error(rq, LCT_ESTALE, "key is at version %" PRIu64 ", not %" PRIu64, e->version,
+                     h->version);
+    return;
+  }
+  uint64_t off = h->has_offset ? h->offset : 0;
+  if (off > e->raw_bytes) {
+    lct__reply_error(rq, LCT_EINVAL, "offset %" PRIu64 " beyond the tensor's %" PRIu64 " bytes",
+                     off, e->raw_bytes);
+    return;
+  }
+  uint64_t len = e->raw_bytes - off;
+  if (h->has_length && h->length < len)
+    len = h->length;
+  if (len > srv->cfg.frame_size)
+    len = srv->cfg.frame_size;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  rp.has_offset = 1;
+  rp.offset = off;
+  uint8_t *dst;
+  int rc = lct__reply_alloc(&rp, (size_t)len, &rq->reply_msg, &rq->reply_len, &dst);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "cannot allocate a %" PRIu64 "-byte reply", len);
+    return;
+  }
+  if (len == 0) {
+    lct__get_done(rq, 0);
+    return;
+  }
+  if ((rc = lct__get_start(srv, e, off, len, dst, lct__get_done, rq)) != 0)
+    lct__reply_error(rq, rc, "cannot start the decode");
+}
+
+static void lct__op_delete(lct__request *rq) {
+  if (!lct__need_key(rq))
+    return;
+  if (lct__store_remove(rq->srv->store, rq->hdr->key.data, rq->hdr->key.len) != 0) {
+    lct__reply_error(rq, LCT_ENOENT, "no such key");
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+static void lct__op_stat(lct__request *rq) {
+  if (!lct__need_key(rq))
+    return;
+  lct__entry *e = lct__find_key(rq);
+  if (e == NULL)
+    return;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+static void lct__op_list(lct__request *rq) {
+  Lctpb__Request *h = rq->hdr;
+  size_t limit = h->has_limit && h->limit > 0 ? h->limit : LCT__LIST_DEFAULT;
+  if (limit > LCT_LIST_MAX)
+    limit = LCT_LIST_MAX;
+  lct__entry **found = malloc(limit * sizeof *found);
+  Lctpb__ListEntry *items = malloc(limit * sizeof *items);
+  Lctpb__ListEntry **ptrs = malloc(limit * sizeof *ptrs);
+  Lctpb__TensorMeta *metas = malloc(limit * sizeof *metas);
+  if (found == NULL || items == NULL || ptrs == NULL || metas == NULL) {
+    free(found), free(items), free(ptrs), free(metas);
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory listing keys");
+    return;
+  }
+  int more;
+  size_t n = lct__store_list(rq->srv->store, h->has_prefix ? h->prefix.data : NULL,
+                             h->has_prefix ? h->prefix.len : 0,
+                             h->has_cursor ? h->cursor.data : NULL,
+                             h->has_cursor ? h->cursor.len : 0, limit, found, &more);
+  for (size_t i = 0; i < n; i++) {
+    lctpb__list_entry__init(&items[i]);
+    items[i].key.data = found[i]->key;
+    items[i].key.len = found[i]->key_len;
+    lct__meta_of(found[i], &metas[i]);
+    items[i].meta = &metas[i];
+    ptrs[i] = &items[i];
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.n_entries = n;
+  rp.entries = ptrs;
+  if (more && n > 0) {
+    rp.has_next_cursor = 1;
+    rp.next_cursor.data = found[n - 1]->key;
+    rp.next_cursor.len = found[n - 1]->key_len;
+  }
+  lct__reply(rq, &rp, NULL, 0);
+  free(found), free(items), free(ptrs), free(metas);
+}
+
+/* ---- stats, ping -------------------------------------------------------- */
+
+char *lct__stats_text(lct__server *srv, size_t *len) {
+  srv->stats.pool_capacity = lct__pool_capacity(srv->pool);
+  srv->stats.pool_used = lct__pool_used(srv->pool);
+  return lct__stats_render(&srv->stats, srv->backend_name, len);
+}
+
+static void lct__op_stats(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  lct__stats *st = &srv->stats;
+  size_t len;
+  char *text = lct__stats_text(srv, &len);
+  if (text == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory rendering stats");
+    return;
+  }
+  Lctpb__StatsSummary sum = LCTPB__STATS_SUMMARY__INIT;
+  sum.tensors = st->tensors;
+  sum.raw_bytes = st->raw_bytes;
+  sum.stored_bytes = st->stored_bytes;
+  sum.pool_capacity = st->pool_capacity;
+  sum.pool_used = st->pool_used;
+  sum.staging_bytes = st->staging_bytes;
+  sum.pending_puts = st->pending_puts;
+  sum.codebook_builds = st->codebook_builds;
+  sum.codebook_rebuilds = st->codebook_rebuilds;
+  sum.requests = lct__stats_requests(st);
+  sum.errors = lct__stats_errors(st);
+  sum.bytes_in = st->bytes_in;
+  sum.bytes_out = st->bytes_out;
+  sum.puts_expired = st->puts_expired;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.stats = &sum;
+  lct__reply(rq, &rp, text, len);
+  free(text);
+}
+
+static void lct__op_ping(lct__request *rq) {
+  Lctpb__ServerInfo info = LCTPB__SERVER_INFO__INIT;
+  info.protocol = LCT_WIRE_VERSION;
+  info.server = "lctd " LCT_VERSION;
+  info.backend = (char *)rq->srv->backend_name;
+  info.frame_bytes = rq->srv->cfg.frame_size;
+  info.key_max = LCT_KEY_MAX;
+  info.list_max = LCT_LIST_MAX;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.info = &info;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *control) {
+  lct__server *srv = arg;
+  srv->stats.bytes_in += len;
+  lct__request *rq = calloc(1, sizeof *rq);
+  if (rq == NULL) {
+    lct__log_error("out of memory for a request; dropped (the client will time out)");
+    nn_freemsg(msg);
+    nn_freemsg(control);
+    return;
+  }
+  rq->srv = srv;
+  rq->sock = sock;
+  rq->control = control;
+  rq->msg = msg;
+  int rc = lct_wire_split(msg, len, &rq->frame);
+  if (rc == LCT_EVERSION) {
+    lct__reply_error(rq, rc, "protocol version %u; this server speaks %d",
+                     ((const uint8_t *)msg)[4], LCT_WIRE_VERSION);
+    return;
+  }
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "malformed frame prefix (%zu bytes)", len);
+    return;
+  }
+  if ((rc = lct_wire_request_parse(&rq->frame, &rq->hdr)) != 0) {
+    lct__reply_error(rq, rc,
+                     rc == LCT_EPROTO ? "malformed request header"
+                     : rc == LCT_EINVAL ? "key contains a NUL byte"
+                                        : "key empty or longer than 1024 bytes");
+    return;
+  }
+  rq->op = rq->hdr->op;
+  switch (rq->op) {
+  case LCTPB__OP__OP_PING:
+    lct__op_ping(rq);
+    break;
+  case LCTPB__OP__OP_PUT:
+    lct__op_put(rq);
+    break;
+  case LCTPB__OP__OP_PUT_BEGIN:
+    lct__op_put_begin(rq);
+    break;
+  case LCTPB__OP__OP_PUT_CHUNK:
+    lct__op_put_chunk(rq);
+    break;
+  case LCTPB__OP__OP_PUT_COMMIT:
+    lct__op_put_commit(rq);
+    break;
+  case LCTPB__OP__OP_PUT_ABORT:
+    lct__op_put_abort(rq);
+    break;
+  case LCTPB__OP__OP_GET:
+    lct__op_get(rq);
+    break;
+  case LCTPB__OP__OP_DELETE:
+    lct__op_delete(rq);
+    break;
+  case LCTPB__OP__OP_STAT:
+    lct__op_stat(rq);
+    break;
+  case LCTPB__OP__OP_LIST:
+    lct__op_list(rq);
+    break;
+  case LCTPB__OP__OP_STATS:
+    lct__op_stats(rq);
+    break;
+  default:
+    lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);
+  }
+}

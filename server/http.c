@@ -1,0 +1,216 @@
+/* http.c — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text. */
+#include "http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+#include "log.h"
+
+#define LCT__HTTP_REQUEST_MAX 8192 /* request head bytes read before answering 431 */
+#define LCT__HTTP_CONN_MAX 64      /* open connections; more are closed at once */
+#define LCT__HTTP_IDLE_MS 5000     /* a connection that sends no full request in this time is closed */
+
+typedef struct lct__http_conn {
+  uv_tcp_t tcp; /* first: the handle's address is the connection's */
+  uv_timer_t timer;
+  uv_write_t write;
+  struct lct__http *http;
+  struct lct__http_conn *next;
+  char *reply;
+  size_t have;
+  int open_handles;
+  int answered;
+  char buf[LCT__HTTP_REQUEST_MAX];
+} lct__http_conn;
+
+struct lct__http {
+  lct__server *srv;
+  uv_tcp_t listener;
+  lct__http_conn *conns;
+  int n_conns;
+  int stopping;
+};
+
+static void lct__http_closed(uv_handle_t *h) {
+  lct__http_conn *c = h->data;
+  if (--c->open_handles > 0)
+    return;
+  lct__http *http = c->http;
+  for (lct__http_conn **p = &http->conns; *p != NULL; p = &(*p)->next) {
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  }
+  http->n_conns--;
+  free(c->reply);
+  free(c);
+  if (http->stopping && http->n_conns == 0 && http->listener.data == NULL)
+    free(http);
+}
+
+static void lct__http_close(lct__http_conn *c) {
+  if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+    uv_close((uv_handle_t *)&c->tcp, lct__http_closed);
+    uv_close((uv_handle_t *)&c->timer, lct__http_closed);
+  }
+}
+
+static void lct__http_written(uv_write_t *w, int status) { lct__http_close(w->data); }
+
+static void lct__http_respond(lct__http_conn *c, const char *status, const char *type, const char *body,
+                              size_t body_len) {
+  c->answered = 1;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  char head[256];
+  int h = snprintf(head, sizeof head,
+                   "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                   status, type, body_len);
+  c->reply = malloc((size_t)h + body_len);
+  if (c->reply == NULL) {
+    lct__http_close(c);
+    return;
+  }
+  memcpy(c->reply, head, (size_t)h);
+  memcpy(c->reply + h, body, body_len);
+  uv_buf_t buf = uv_buf_init(c->reply, (unsigned)((size_t)h + body_len));
+  c->write.data = c;
+  if (uv_write(&c->write, (uv_stream_t *)&c->tcp, &buf, 1, lct__http_written) != 0)
+    lct__http_close(c);
+}
+
+static void lct__http_text(lct__http_conn *c, const char *status, const char *text) {
+  lct__http_respond(c, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* Answers once the request head is complete: only GET (or HEAD) of /metrics. */
+static void lct__http_request(lct__http_conn *c) {
+  char method[8], path[256], version[16];
+  if (sscanf(c->buf, "%7s %255s %15s", method, path, version) != 3 || strncmp(version, "HTTP/1.", 7) != 0 ||
+      strcspn(c->buf, "\r\n") > strlen(method) + strlen(path) + strlen(version) + 2) {
+    lct__http_text(c, "400 Bad Request", "bad request\n");
+    return;
+  }
+  if (strcmp(method, "GET") != 0) {
+    lct__http_text(c, "405 Method Not Allowed", "only GET\n");
+    return;
+  }
+  if (strcmp(path, "/metrics") != 0) {
+    lct__http_text(c, "404 Not Found", "lctd serves /metrics\n");
+    return;
+  }
+  size_t len;
+  char *text = lct__stats_text(c->http->srv, &len);
+  if (text == NULL) {
+    lct__http_text(c, "500 Internal Server Error", "out of memory\n");
+    return;
+  }
+  lct__http_respond(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", text, len);
+  free(text);
+}
+
+static void lct__http_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  lct__http_conn *c = h->data;
+  *buf = uv_buf_init(c->buf + c->have, (unsigned)(sizeof c->buf - 1 - c->have));
+}
+
+static void lct__http_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  lct__http_conn *c = s->data;
+  if (n < 0) {
+    lct__http_close(c);
+    return;
+  }
+  c->have += (size_t)n;
+  c->buf[c->have] = '\0';
+  if (strstr(c->buf, "\r\n\r\n") != NULL || strstr(c->buf, "\n\n") != NULL)
+    lct__http_request(c);
+  else if (c->have == sizeof c->buf - 1)
+    lct__http_text(c, "431 Request Header Fields Too Large", "request too large\n");
+}
+
+static void lct__http_idle(uv_timer_t *t) {
+  lct__http_conn *c = t->data;
+  if (!c->answered)
+    lct__http_close(c);
+}
+
+static void lct__http_accept(uv_stream_t *server, int status) {
+  lct__http *http = server->data;
+  if (status < 0)
+    return;
+  lct__http_conn *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return;
+  c->http = http;
+  uv_tcp_init(server->loop, &c->tcp);
+  uv_timer_init(server->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->open_handles = 2;
+  c->next = http->conns;
+  http->conns = c;
+  http->n_conns++;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || http->n_conns > LCT__HTTP_CONN_MAX ||
+      uv_read_start((uv_stream_t *)&c->tcp, lct__http_alloc, lct__http_read) != 0) {
+    lct__http_close(c);
+    return;
+  }
+  uv_timer_start(&c->timer, lct__http_idle, LCT__HTTP_IDLE_MS, 0);
+}
+
+int lct__http_open(lct__server *srv, const char *addr, lct__http **out, char *err, size_t errlen) {
+  char host[256];
+  const char *colon = strrchr(addr, ':');
+  size_t hl = colon ? (size_t)(colon - addr) : 0;
+  if (colon == NULL || hl == 0 || hl >= sizeof host) {
+    snprintf(err, errlen, "http: '%s' is not HOST:PORT", addr);
+    return LCT_ECONFIG;
+  }
+  memcpy(host, addr, hl);
+  host[hl] = '\0';
+  if (host[0] == '[' && host[hl - 1] == ']') { /* [::1]:9878 */
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = '\0';
+  }
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  struct sockaddr_storage sa;
+  if (*end != '\0' || port <= 0 || port > 65535 ||
+      (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&sa) != 0 &&
+       uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&sa) != 0)) {
+    snprintf(err, errlen, "http: '%s' is not an IP address and port", addr);
+    return LCT_ECONFIG;
+  }
+  lct__http *h = calloc(1, sizeof *h);
+  if (h == NULL)
+    return LCT_ENOMEM;
+  h->srv = srv;
+  uv_tcp_init(srv->loop, &h->listener);
+  h->listener.data = h;
+  int rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&sa, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&h->listener, 16, lct__http_accept);
+  if (rc != 0) {
+    snprintf(err, errlen, "http: %s: %s", addr, uv_strerror(rc));
+    h->stopping = 1;
+    lct__http_stop(h);
+    return LCT_EIO;
+  }
+  *out = h;
+  return 0;
+}
+
+static void lct__http_listener_closed(uv_handle_t *l) {
+  lct__http *http = l->data;
+  http->listener.data = NULL;
+  if (http->n_conns == 0)
+    free(http);
+}
+
+void lct__http_stop(lct__http *h) {
+  h->stopping = 1;
+  for (lct__http_conn *c = h->conns; c != NULL; c = c->next)
+    lct__http_close(c);
+  uv_close((uv_handle_t *)&h->listener, lct__http_listener_closed);
+}

@@ -1,0 +1,165 @@
+/* staging.c — chunked puts between begin and commit: host buffers, budgets and idle expiry. */
+#include "staging.h"
+
+#include <nanomsg/nn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+#define LCT__STAGING_BUCKETS 256
+
+struct lct__staging {
+  lct__server *srv;
+  lct__pending *buckets[LCT__STAGING_BUCKETS];
+  uint64_t next_id;
+  uint64_t count; /* linked puts */
+  uv_timer_t timer;
+  int timer_open;
+};
+
+static lct__pending **lct__staging_slot(lct__staging *st, uint64_t id) {
+  lct__pending **p = &st->buckets[(id ^ (id >> 17)) % LCT__STAGING_BUCKETS];
+  while (*p != NULL && (*p)->id != id)
+    p = &(*p)->next;
+  return p;
+}
+
+static void lct__staging_free(lct__staging *st, lct__pending *p) {
+  st->srv->stats.staging_bytes -= p->decl.raw_bytes;
+  for (size_t i = 0; i < p->n_pieces; i++)
+    nn_freemsg(p->pieces[i].msg);
+  free(p->pieces);
+  free(p->key);
+  free(p);
+}
+
+static void lct__staging_sweep(uv_timer_t *t) {
+  lct__staging *st = t->data;
+  uint64_t now = uv_now(st->srv->loop), timeout = st->srv->cfg.put_timeout_ms;
+  for (size_t b = 0; b < LCT__STAGING_BUCKETS; b++) {
+    lct__pending **pp = &st->buckets[b];
+    while (*pp != NULL) {
+      lct__pending *p = *pp;
+      if (now - p->last_active < timeout) {
+        pp = &p->next;
+        continue;
+      }
+      *pp = p->next;
+      st->count--;
+      st->srv->stats.pending_puts--;
+      st->srv->stats.puts_expired++;
+      lct__log_info("put %016llx of '%.*s' expired after %llu of %llu bytes",
+                    (unsigned long long)p->id, (int)(p->key_len > 64 ? 64 : p->key_len),
+                    (const char *)p->key, (unsigned long long)p->received,
+                    (unsigned long long)p->decl.raw_bytes);
+      lct__staging_free(st, p);
+    }
+  }
+}
+
+int lct__staging_create(lct__server *srv, lct__staging **out) {
+  lct__staging *st = calloc(1, sizeof *st);
+  if (st == NULL)
+    return LCT_ENOMEM;
+  st->srv = srv;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  /* Ids differ across restarts so a stale id from an earlier run finds nothing. */
+  st->next_id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec;
+  uint64_t period = srv->cfg.put_timeout_ms / 4;
+  period = period < 5 ? 5 : period > 1000 ? 1000 : period;
+  uv_timer_init(srv->loop, &st->timer);
+  st->timer.data = st;
+  st->timer_open = 1;
+  uv_timer_start(&st->timer, lct__staging_sweep, period, period);
+  uv_unref((uv_handle_t *)&st->timer); /* the sockets, not the sweep, keep the loop alive */
+  *out = st;
+  return 0;
+}
+
+void lct__staging_stop(lct__staging *st) {
+  if (!st->timer_open)
+    return;
+  st->timer_open = 0;
+  uv_timer_stop(&st->timer);
+  uv_close((uv_handle_t *)&st->timer, NULL);
+}
+
+void lct__staging_destroy(lct__staging *st) {
+  if (st == NULL)
+    return;
+  for (size_t b = 0; b < LCT__STAGING_BUCKETS; b++) {
+    for (lct__pending *p = st->buckets[b], *next; p != NULL; p = next) {
+      next = p->next;
+      st->srv->stats.pending_puts--;
+      lct__staging_free(st, p);
+    }
+  }
+  free(st);
+}
+
+int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
+                       const lct__put_decl *decl, lct__pending **out) {
+  lct__stats *stats = &st->srv->stats;
+  if (st->count >= (uint64_t)st->srv->cfg.max_pending_puts ||
+      decl->raw_bytes > st->srv->cfg.staging_memory - stats->staging_bytes ||
+      stats->staging_bytes > st->srv->cfg.staging_memory)
+    return LCT_ENOMEM;
+  lct__pending *p = calloc(1, sizeof *p);
+  if (p == NULL)
+    return LCT_ENOMEM;
+  if ((p->key = malloc(key_len)) == NULL) {
+    free(p);
+    return LCT_ENOMEM;
+  }
+  memcpy(p->key, key, key_len);
+  p->key_len = key_len;
+  p->decl = *decl;
+  do
+    p->id = st->next_id++;
+  while (p->id == 0 || *lct__staging_slot(st, p->id) != NULL);
+  p->last_active = uv_now(st->srv->loop);
+  lct__pending **slot = lct__staging_slot(st, p->id);
+  *slot = p;
+  st->count++;
+  stats->pending_puts++;
+  stats->staging_bytes += decl->raw_bytes;
+  *out = p;
+  return 0;
+}
+
+lct__pending *lct__staging_find(lct__staging *st, uint64_t id) {
+  return *lct__staging_slot(st, id);
+}
+
+int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, const uint8_t *bytes, size_t len) {
+  if (p->n_pieces == p->cap_pieces) {
+    size_t cap = p->cap_pieces ? 2 * p->cap_pieces : 8;
+    lct__piece *pieces = realloc(p->pieces, cap * sizeof *pieces);
+    if (pieces == NULL)
+      return LCT_ENOMEM;
+    p->pieces = pieces;
+    p->cap_pieces = cap;
+  }
+  p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, p->received, len};
+  p->received += len;
+  return 0;
+}
+
+void lct__staging_take(lct__staging *st, lct__pending *p) {
+  lct__pending **slot = lct__staging_slot(st, p->id);
+  if (*slot == p) {
+    *slot = p->next;
+    p->next = NULL;
+    st->count--;
+    st->srv->stats.pending_puts--;
+  }
+}
+
+void lct__staging_release(lct__staging *st, lct__pending *p) { lct__staging_free(st, p); }
+
+void lct__staging_touch(lct__staging *st, lct__pending *p) {
+  p->last_active = uv_now(st->srv->loop);
+}

@@ -1,0 +1,47 @@
+/* staging.h — chunked puts between begin and commit: host buffers, budgets and idle expiry. */
+#ifndef LCT_SERVER_STAGING_H
+#define LCT_SERVER_STAGING_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "server.h"
+
+typedef struct lct__pending {
+  struct lct__pending *next; /* hash chain */
+  uint64_t id;
+  uint8_t *key;
+  size_t key_len;
+  lct__put_decl decl;
+  lct__piece *pieces; /* the chunks received, in order */
+  size_t n_pieces, cap_pieces;
+  uint64_t received;  /* bytes [0, received) have arrived, in order */
+  uint64_t last_active; /* uv_now() of the last chunk */
+} lct__pending;
+
+/* Staging with the server's budgets (staging-memory, max-pending-puts,
+ * put-timeout); a timer on loop drops puts idle longer than the timeout and
+ * counts them in stats.puts_expired. */
+int lct__staging_create(lct__server *srv, lct__staging **out);
+/* Closes the expiry timer, so the loop can end. */
+void lct__staging_stop(lct__staging *st);
+/* Frees every pending put and the staging; after the loop has ended. */
+void lct__staging_destroy(lct__staging *st);
+
+/* Opens a put: LCT_ENOMEM when the staging budget (decl.raw_bytes is
+ * reserved for it) or the count of pending puts would be exceeded. */
+int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
+                       const lct__put_decl *decl, lct__pending **out);
+lct__pending *lct__staging_find(lct__staging *st, uint64_t id);
+/* Appends len bytes at p->received that sit in the nanomsg message msg; the
+ * put takes msg over on success (0), LCT_ENOMEM otherwise. */
+int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, const uint8_t *bytes, size_t len);
+/* Unlinks a put so no chunk can reach it; its bytes stay counted until
+ * lct__staging_release. */
+void lct__staging_take(lct__staging *st, lct__pending *p);
+/* Frees a taken put and returns its bytes to the budget. */
+void lct__staging_release(lct__staging *st, lct__pending *p);
+/* Records activity so the put does not expire. */
+void lct__staging_touch(lct__staging *st, lct__pending *p);
+
+#endif

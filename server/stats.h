@@ -1,0 +1,38 @@
+/* stats.h — lctd's counters and gauges: one struct, rendered as Prometheus text. */
+#ifndef LCT_SERVER_STATS_H
+#define LCT_SERVER_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LCT__OP_SLOTS 12     /* index = wire op (1..11); 0 = unparsable or unknown op */
+#define LCT__STATUS_SLOTS 32 /* index = wire status: 0 ok, else the positive LCT code */
+
+typedef struct lct__stats {
+  uint64_t requests[LCT__OP_SLOTS][LCT__STATUS_SLOTS]; /* replies sent, by op and status */
+  uint64_t bytes_in;          /* message bytes received */
+  uint64_t bytes_out;         /* message bytes sent */
+  uint64_t tensors;           /* keys stored */
+  uint64_t raw_bytes;         /* raw bytes of the stored tensors */
+  uint64_t stored_bytes;      /* their coded bytes */
+  uint64_t pool_capacity;     /* pool bytes available for blobs */
+  uint64_t pool_used;         /* pool bytes in use (stored plus in-flight encodes) */
+  uint64_t staging_bytes;     /* host bytes held by chunked puts */
+  uint64_t pending_puts;      /* chunked puts begun and not committed */
+  uint64_t puts_expired;      /* chunked puts dropped by put-timeout */
+  uint64_t codebook_builds;   /* codebooks built for a key's first put or a new dtype */
+  uint64_t codebook_rebuilds; /* codebooks rebuilt after coded size drifted > 2% */
+  uint64_t encoded_bytes;     /* raw bytes encoded */
+  uint64_t decoded_bytes;     /* raw bytes decoded */
+} lct__stats;
+
+/* Adds a reply to the per-op, per-status counters (out-of-range values go to slot 0). */
+void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status);
+uint64_t lct__stats_requests(const lct__stats *st);
+uint64_t lct__stats_errors(const lct__stats *st);
+
+/* Renders Prometheus text exposition; returns a malloc'd string (NULL if out
+ * of memory) and its length in *len. */
+char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len);
+
+#endif

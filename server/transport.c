@@ -1,0 +1,159 @@
+/* transport.c — nanomsg AF_SP_RAW NN_REP sockets driven by the libuv loop through NN_RCVFD. */
+#include "transport.h"
+
+#include <errno.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <nanomsg/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_error.h"
+#include "log.h"
+
+/* Messages taken per poll callback before yielding to other sockets. */
+#define LCT__RECV_BATCH 64
+/* NN_SNDBUF / NN_RCVBUF (kernel socket buffers for tcp and ipc): nanomsg's
+ * 128 KiB default holds 1 MiB tcp transfers to under 1 GB/s on loopback. */
+#define LCT__SOCKET_BUFFER (1 << 20)
+
+typedef struct lct__sock {
+  struct lct__transport *t;
+  int index;
+  int fd;          /* nanomsg socket */
+  uv_poll_t poll;
+  int polling;
+  const char *endpoint;
+} lct__sock;
+
+struct lct__transport {
+  lct__on_message cb;
+  void *arg;
+  int n;
+  lct__sock socks[];
+};
+
+static void lct__on_readable(uv_poll_t *h, int status, int events) {
+  lct__sock *s = h->data;
+  if (status < 0) {
+    lct__log_error("%s: poll: %s", s->endpoint, uv_strerror(status));
+    return;
+  }
+  for (int i = 0; i < LCT__RECV_BATCH && s->polling; i++) {
+    void *msg = NULL, *control = NULL;
+    struct nn_iovec iov = {&msg, NN_MSG};
+    struct nn_msghdr hdr;
+    memset(&hdr, 0, sizeof hdr);
+    hdr.msg_iov = &iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = &control;
+    hdr.msg_controllen = NN_MSG;
+    int len = nn_recvmsg(s->fd, &hdr, NN_DONTWAIT);
+    if (len < 0) {
+      int e = nn_errno();
+      if (e == EINTR)
+        continue;
+      if (e != EAGAIN)
+        lct__log_error("%s: receive: %s", s->endpoint, nn_strerror(e));
+      return;
+    }
+    s->t->cb(s->t->arg, s->index, msg, (size_t)len, control);
+  }
+}
+
+/* Undoes a partial open: closes the polls started so far, then the sockets. */
+static void lct__transport_abort(uv_loop_t *loop, lct__transport *t) {
+  lct__transport_stop(t);
+  uv_run(loop, UV_RUN_NOWAIT); /* completes the closes before the handles are freed */
+  lct__transport_free(t);
+}
+
+int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_msg,
+                        lct__on_message cb, void *arg, lct__transport **out, char *err,
+                        size_t errlen) {
+  lct__transport *t = calloc(1, sizeof *t + (size_t)n * sizeof(lct__sock));
+  if (t == NULL)
+    return LCT_ENOMEM;
+  t->cb = cb;
+  t->arg = arg;
+  for (int i = 0; i < n; i++)
+    t->socks[i].fd = -1;
+  t->n = n;
+  for (int i = 0; i < n; i++) {
+    lct__sock *s = &t->socks[i];
+    s->t = t;
+    s->index = i;
+    s->endpoint = endpoints[i];
+    const char *what = "socket";
+    int fd = -1;
+    size_t sz = sizeof fd;
+    int one = 1, buf = LCT__SOCKET_BUFFER;
+    if ((s->fd = nn_socket(AF_SP_RAW, NN_REP)) < 0 ||
+        (what = "NN_RCVMAXSIZE",
+         nn_setsockopt(s->fd, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_msg, sizeof max_msg) < 0) ||
+        (what = "NN_SNDBUF", nn_setsockopt(s->fd, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf) < 0) ||
+        (what = "NN_RCVBUF", nn_setsockopt(s->fd, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf) < 0) ||
+        (strncmp(s->endpoint, "tcp://", 6) == 0 &&
+         (what = "NN_TCP_NODELAY",
+          nn_setsockopt(s->fd, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0)) ||
+        (what = "bind", nn_bind(s->fd, s->endpoint) < 0) ||
+        (what = "NN_RCVFD", nn_getsockopt(s->fd, NN_SOL_SOCKET, NN_RCVFD, &fd, &sz) < 0)) {
+      snprintf(err, errlen, "%s: %s: %s", s->endpoint, what, nn_strerror(nn_errno()));
+      lct__transport_abort(loop, t);
+      return LCT_EIO;
+    }
+    int rc = uv_poll_init(loop, &s->poll, fd);
+    if (rc == 0) {
+      s->poll.data = s;
+      s->polling = 1;
+      rc = uv_poll_start(&s->poll, UV_READABLE, lct__on_readable);
+    }
+    if (rc != 0) {
+      snprintf(err, errlen, "%s: poll: %s", s->endpoint, uv_strerror(rc));
+      lct__transport_abort(loop, t);
+      return LCT_EIO;
+    }
+  }
+  *out = t;
+  return 0;
+}
+
+int lct__transport_send(lct__transport *t, int sock, void *control, void *msg, size_t len) {
+  lct__sock *s = &t->socks[sock];
+  struct nn_iovec iov = {&msg, NN_MSG};
+  struct nn_msghdr hdr;
+  memset(&hdr, 0, sizeof hdr);
+  hdr.msg_iov = &iov;
+  hdr.msg_iovlen = 1;
+  hdr.msg_control = &control;
+  hdr.msg_controllen = NN_MSG;
+  int rc;
+  while ((rc = nn_sendmsg(s->fd, &hdr, NN_DONTWAIT)) < 0 && nn_errno() == EINTR)
+    ;
+  if (rc < 0) {
+    lct__log_warn("%s: send of %zu bytes: %s", s->endpoint, len, nn_strerror(nn_errno()));
+    nn_freemsg(msg);
+    nn_freemsg(control);
+    return LCT_EIO;
+  }
+  return 0;
+}
+
+void lct__transport_stop(lct__transport *t) {
+  for (int i = 0; i < t->n; i++) {
+    lct__sock *s = &t->socks[i];
+    if (s->polling) {
+      s->polling = 0;
+      uv_close((uv_handle_t *)&s->poll, NULL);
+    }
+  }
+}
+
+void lct__transport_free(lct__transport *t) {
+  if (t == NULL)
+    return;
+  for (int i = 0; i < t->n; i++)
+    if (t->socks[i].fd >= 0)
+      nn_close(t->socks[i].fd);
+  free(t);
+}

@@ -1,0 +1,32 @@
+/* transport.h — nanomsg AF_SP_RAW NN_REP sockets driven by the libuv loop through NN_RCVFD. */
+#ifndef LCT_SERVER_TRANSPORT_H
+#define LCT_SERVER_TRANSPORT_H
+
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct lct__transport lct__transport;
+
+/* A received message: msg and control (the routing header) are nanomsg
+ * buffers owned by the callee, which passes control back to
+ * lct__transport_send or frees both with nn_freemsg. */
+typedef void (*lct__on_message)(void *arg, int sock, void *msg, size_t len, void *control);
+
+/* Binds one raw REP socket per endpoint with NN_RCVMAXSIZE max_msg and polls
+ * them on loop. Returns 0 or LCT_EIO with a message naming the endpoint. */
+int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_msg,
+                        lct__on_message cb, void *arg, lct__transport **out, char *err,
+                        size_t errlen);
+
+/* Sends msg (an nn_allocmsg buffer of len bytes) back along control; takes
+ * both. A raw REP socket never blocks: a peer that went away (or is not
+ * ready, which a REQ peer with one request in flight never is) loses the
+ * reply, as nanomsg's xrep defines. Returns 0 or LCT_EIO. */
+int lct__transport_send(lct__transport *t, int sock, void *control, void *msg, size_t len);
+
+/* Stops polling; call before the loop's last run. */
+void lct__transport_stop(lct__transport *t);
+/* Closes the sockets and frees; after the loop has ended. */
+void lct__transport_free(lct__transport *t);
+
+#endif

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck, lct-bench gpu.
+#
+#   tests/bench/run-gpu.sh [BUILD_DIR] [DATA_DIR]
+#
+# BUILD_DIR (default build) was built elsewhere and bundled with
+# shared/tools/bundle-libs, so BUILD_DIR/rt holds its shared libraries.
+# DATA_DIR (default .gpu/tensors if present, else tests/data) holds the
+# *.bf16.bin / *.f32.bin tensors the benchmark tiles. Logs and results go to
+# $OUT (default ./gpu-results); the summary is printed last. LCT_TEST_TIMEOUT,
+# LCT_BENCH_TIMEOUT and LCT_SAN_TIMEOUT (seconds, per test) bound each step;
+# LCT_SAN_TESTS names the tests run under the sanitizer (default: all but the
+# multi-MiB one).
+set -uo pipefail
+build=${1:-build}
+data=${2:-}
+[[ -z $data && -d .gpu/tensors ]] && data=.gpu/tensors
+data=${data:-tests/data}
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/$build/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LCT_TEST_DATA=$PWD/tests/data
+
+# ctest and the test binary carry the absolute paths of the machine that
+# configured the build: make them resolve here too.
+recorded=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null)
+if [[ -n $recorded && $recorded != "$PWD" && ! -e $recorded ]]; then
+  mkdir -p "$(dirname "$recorded")" && ln -s "$PWD" "$recorded"
+fi
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvcc --version 2>/dev/null | tail -2
+  uname -r
+  pwd
+} >"$out/env.txt" 2>&1
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+
+# 1. GPU tests through ctest.
+ctest --test-dir "$build" -L gpu --output-on-failure --timeout "${LCT_TEST_TIMEOUT:-240}" >"$out/ctest.log" 2>&1
+ctest_rc=$?
+ctest_line=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)
+synth=$(grep -ao 'Synthesis:.*' "$out/ctest.log" | tail -1)
+
+# 2. The benchmark.
+timeout "${LCT_BENCH_TIMEOUT:-300}" "$build/bin/lct-bench" gpu --data "$data" --out "$out/bench.json" \
+  >"$out/bench.txt" 2>&1
+bench_rc=$?
+
+# 3. compute-sanitizer memcheck on the test binary, one test per process; the
+#    multi-MiB test is left to the plain run above (memcheck slows it most).
+san_rc=skipped
+if command -v compute-sanitizer >/dev/null; then
+  san_rc=0
+  : >"$out/sanitizer.log"
+  for t in ${LCT_SAN_TESTS:-every_dtype_kind_and_size unaligned_input_and_output stale_codebook shared_tensor_slices \
+    golden_blobs histogram_matches_cpu batch_equals_single argument_errors truncated_blobs_rejected \
+    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected}; do
+    echo "== $t" >>"$out/sanitizer.log"
+    timeout "${LCT_SAN_TIMEOUT:-120}" compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+      "$build/bin/test_cuda_codec" --jobs=1 --filter="cuda_codec/$t" >>"$out/sanitizer.log" 2>&1
+    rc=$?
+    echo "== $t rc=$rc" >>"$out/sanitizer.log"
+    [[ $rc -ne 0 ]] && san_rc=$rc
+  done
+  san_errors=$(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer.log")
+  san_summary=$(grep -a 'ERROR SUMMARY' "$out/sanitizer.log" | sort | uniq -c | tr -s ' ' | paste -sd';')
+else
+  echo "compute-sanitizer not found" >"$out/sanitizer.log"
+fi
+
+echo "=== GPU: ${gpu:-unknown}"
+cat "$out/bench.txt"
+echo
+grep -aE '\[FAIL\]|\[----\].*(Assertion|Fail|fail|differ|status)|CRASH|signal|Timeout' "$out/ctest.log" | head -40
+grep -aE '^========= (Invalid|Error|Program hit)|rc=[1-9]' "$out/sanitizer.log" 2>/dev/null | head -20
+echo "=== summary"
+printf '%-18s %s\n' "ctest -L gpu" "rc=$ctest_rc ${ctest_line} ${synth}"
+printf '%-18s %s\n' "compute-sanitizer" "rc=$san_rc ${san_errors:+tests with errors: $san_errors} ${san_summary:-}"
+printf '%-18s %s\n' "lct-bench gpu" "rc=$bench_rc (data: $data)"
+printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
+[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) ]]

@@ -1,0 +1,117 @@
+/* test_backend_cuda.c — the cuda backend on a GPU: region sub-allocation, encode/decode round trips, the CPU codec's bytes and code bits. */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "test_util.h"
+
+static lct__backend be;
+static int have_gpu;
+
+/* Every test runs only where a CUDA device is present (CI builds, then skips). */
+#define NEED_GPU()                                 \
+  do {                                             \
+    if (!have_gpu) cr_skip_test("no CUDA device"); \
+  } while (0)
+
+static void open_backend(void) {
+  if (!(have_gpu = lct__backend_cuda_present())) return;
+  int rc = lct__backend_cuda_open(0, 64 << 20, 4, 1 << 20, &be);
+  cr_assert_eq(rc, 0, "cuda backend: %s", lct_strerror(rc));
+  cr_assert_eq(be.capacity, 64 << 20);
+}
+
+static void close_backend(void) {
+  if (have_gpu) be.ops->destroy(be.ctx);
+}
+
+TestSuite(backend_cuda, .init = open_backend, .fini = close_backend);
+
+Test(backend_cuda, sub_allocation) {
+  NEED_GPU();
+  void *a, *b, *c, *d;
+  cr_assert_eq(be.ops->alloc(be.ctx, 40 << 20, &a), 0);
+  cr_assert_eq(be.ops->alloc(be.ctx, 30 << 20, &b), LCT_ENOSPC, "24 MiB left");
+  cr_assert_eq(be.ops->alloc(be.ctx, 20 << 20, &b), 0);
+  cr_assert_eq((uintptr_t)a % 256, 0);
+  cr_assert_eq((uintptr_t)b % 256, 0);
+  void *moved;
+  cr_assert_eq(be.ops->shrink(be.ctx, a, 40 << 20, 10 << 20, &moved), 0);
+  cr_assert_eq(moved, a, "a shrink stays in place");
+  cr_assert_eq(be.ops->alloc(be.ctx, 34 << 20, &c), LCT_ENOSPC, "30 + 4 MiB free but not contiguous");
+  cr_assert_eq(be.ops->alloc(be.ctx, 30 << 20, &c), 0, "the tail of a went back");
+  be.ops->release(be.ctx, a, 10 << 20);
+  be.ops->release(be.ctx, b, 20 << 20);
+  be.ops->release(be.ctx, c, 30 << 20);
+  cr_assert_eq(be.ops->alloc(be.ctx, 64 << 20, &d), 0, "every range merged back");
+  be.ops->release(be.ctx, d, 64 << 20);
+}
+
+/* Encodes on the GPU, compares with the CPU codec, decodes back. */
+static void round_trip(int dtype, const void *src, uint64_t n, const lct_codebook *cb) {
+  size_t bytes = n * lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
+  void *blob;
+  cr_assert_eq(be.ops->alloc(be.ctx, cap, &blob), 0);
+  lct_encode_stats gs, cs;
+  int rc = be.ops->encode(be.ctx, dtype, cb, src, n, blob, cap, &gs);
+  cr_assert_eq(rc, 0, "gpu encode %s n=%llu: %s", lct_dtype_name(dtype), (unsigned long long)n, lct_strerror(rc));
+  uint8_t *ref = malloc(cap), *got = malloc(gs.blob_bytes ? gs.blob_bytes : 1), *back = malloc(bytes + 1);
+  cr_assert_eq(lct_encode(dtype, cb, src, n, ref, cap, &cs), 0);
+  cr_assert_eq(gs.blob_bytes, cs.blob_bytes, "%s n=%llu", lct_dtype_name(dtype), (unsigned long long)n);
+  /* The cuda backend counts what the codebook spends on every element (from a
+   * device histogram); the CPU encoder counts the code sections it wrote, so
+   * chunks it stored raw count nothing there. */
+  if (cs.raw_chunks == 0) {
+    cr_assert_eq(gs.code_bits, cs.code_bits, "the backend's code bits are the encoder's");
+    cr_assert_eq(gs.escapes, cs.escapes);
+  } else {
+    cr_assert_geq(gs.code_bits, cs.code_bits);
+  }
+  cr_assert_eq(cudaMemcpy(got, blob, gs.blob_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  cr_assert_eq(memcmp(got, ref, gs.blob_bytes), 0, "the GPU writes the CPU codec's bytes");
+  cr_assert_eq(be.ops->decode(be.ctx, dtype, n, blob, gs.blob_bytes, back), 0);
+  cr_assert(bytes == 0 || memcmp(back, src, bytes) == 0);
+  be.ops->release(be.ctx, blob, cap);
+  free(ref);
+  free(got);
+  free(back);
+}
+
+Test(backend_cuda, codec_matches_cpu) {
+  NEED_GPU();
+  size_t bytes;
+  uint8_t *w = test_read_data("A_s400_w.bf16.bin", &bytes);
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, w, bytes / 2, &cb), 0);
+  uint64_t sizes[] = {0, 1, LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS + 1, bytes / 2};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) round_trip(LCT_DTYPE_BF16, w, sizes[i], &cb);
+  /* A stale codebook: another tensor's symbols escape. */
+  size_t gbytes;
+  uint8_t *g = test_read_data("A_s400_g.f32.bin", &gbytes);
+  lct_codebook fcb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_F32, g, 1000, &fcb), 0);
+  round_trip(LCT_DTYPE_F32, g, gbytes / 4, &fcb);
+  round_trip(LCT_DTYPE_RAW, g, 12345, NULL);
+  free(w);
+  free(g);
+}
+
+static void *encode_in_thread(void *arg) {
+  size_t bytes;
+  uint8_t *w = test_read_data("A_s100_w.bf16.bin", &bytes);
+  lct_codebook cb;
+  lct_codebook_from_data(LCT_DTYPE_BF16, w, bytes / 2, &cb);
+  for (int i = 0; i < 10; i++) round_trip(LCT_DTYPE_BF16, w, bytes / 2, &cb);
+  free(w);
+  return arg;
+}
+
+Test(backend_cuda, worker_threads) {
+  NEED_GPU();
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, encode_in_thread, NULL);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+}

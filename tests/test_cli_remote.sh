@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_cli_remote.sh LCT LCTD DATA_DIR — lct put/get/rm/ls/stat/stats/ping against a private lctd: raw and .npy files, clear failures.
+set -u
+lct=$1 lctd=$2 data=$3
+tmp=$(mktemp -d)
+ep="ipc://$tmp/lctd.sock"
+"$lctd" --backend cpu --listen "$ep" --frame-size 64K --log-level warn 2>"$tmp/lctd.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; cat "$tmp/lctd.log"; exit 1; }
+export LCT_ENDPOINT=$ep
+for _ in $(seq 100); do "$lct" ping >/dev/null 2>&1 && break; sleep 0.1; done
+"$lct" ping | grep -q "backend cpu" || fail "ping"
+
+# Raw files: dtype from the name, round trip over the global --endpoint flag too.
+w=$data/A_s100_w.bf16.bin
+out=$("$lct" put layer/w "$w") || fail "put raw"
+printf '%s' "$out" | grep -q "layer/w: version [0-9]*, bf16 \[65536\], 131072 bytes stored as" || fail "put said: $out"
+"$lct" --endpoint "$ep" get layer/w "$tmp/w.bin" >/dev/null || fail "get raw"
+cmp -s "$w" "$tmp/w.bin" || fail "raw round trip differs"
+
+# --shape, and stat.
+"$lct" put layer/g "$data/A_s100_g.f32.bin" --shape 256x128 >/dev/null || fail "put --shape"
+"$lct" stat layer/g >"$tmp/stat" || fail "stat"
+grep -q "shape: *\[256,128\]" "$tmp/stat" && grep -q "dtype: *f32" "$tmp/stat" || fail "stat said: $(cat "$tmp/stat")"
+
+# .npy out, .npy back in: same dtype, shape and bytes.
+"$lct" get layer/g "$tmp/g.npy" >/dev/null || fail "get .npy"
+head -c 6 "$tmp/g.npy" | od -c | grep -q "N   U   M   P   Y" || fail "no .npy magic"
+grep -a -q "'descr': '<f4', 'fortran_order': False, 'shape': (256, 128), }" "$tmp/g.npy" || fail ".npy header: $(head -c 128 "$tmp/g.npy")"
+hlen=$(od -An -tu2 -j8 -N2 "$tmp/g.npy" | tr -d ' ')
+[ $(( (10 + hlen) % 64 )) -eq 0 ] || fail ".npy header of $hlen bytes is not padded to 64"
+[ "$(stat -c %s "$tmp/g.npy")" -eq $((10 + hlen + 131072)) ] || fail ".npy size"
+"$lct" put layer/g2 "$tmp/g.npy" >/dev/null || fail "put .npy"
+"$lct" stat layer/g2 | grep -q "shape: *\[256,128\]" || fail ".npy shape lost"
+"$lct" get layer/g2 "$tmp/g2.bin" >/dev/null && cmp -s "$data/A_s100_g.f32.bin" "$tmp/g2.bin" || fail ".npy round trip differs"
+"$lct" get layer/w "$tmp/w.npy" >/dev/null || fail "get bf16 .npy"
+grep -a -q "'descr': '|V2'" "$tmp/w.npy" || fail "bf16 .npy descr"
+"$lct" put layer/w2 "$tmp/w.npy" >/dev/null && "$lct" stat layer/w2 | grep -q "dtype: *bf16" || fail "bf16 .npy read back"
+
+# ls: prefix and columns; rm.
+"$lct" ls layer/ >"$tmp/ls" || fail "ls"
+[ "$(wc -l <"$tmp/ls")" -eq 4 ] || fail "ls listed: $(cat "$tmp/ls")"
+grep -q "^f32 .*\[256,128\] .*layer/g$" "$tmp/ls" || fail "ls line: $(cat "$tmp/ls")"
+"$lct" ls layer/ --limit 1 | grep -c . | grep -q "^1$" || fail "ls --limit"
+"$lct" rm layer/w2 || fail "rm"
+"$lct" stats | grep -q "^lct_tensors 3$" || fail "stats: $("$lct" stats | grep lct_tensors)"
+
+expect_error() { # expect_error PATTERN CMD...: non-zero exit and one line naming the problem
+  local pattern=$1; shift
+  out=$("$@" 2>&1) && fail "'$*' succeeded"
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "'$*' printed more than one line: $out"
+  printf '%s' "$out" | grep -q -- "$pattern" || fail "'$*' said '$out', expected '$pattern'"
+}
+expect_error "rm layer/w2: no such key" "$lct" rm layer/w2
+expect_error "get nope: no such key" "$lct" get nope "$tmp/x"
+expect_error "dtype" "$lct" put k "$tmp/w.bin"
+expect_error "bad --shape" "$lct" put k "$w" --shape 3xq
+expect_error "size does not match dtype and shape" "$lct" put k "$w" --shape 7
+expect_error "key empty or too long" "$lct" put "" "$w"
+expect_error "cannot reach lctd" "$lct" --endpoint "ipc://$tmp/nobody.sock" ping
+expect_error "unknown option" "$lct" ls --bogus
+"$lct" ping >/dev/null || fail "lctd stopped serving"
+echo "lct remote commands: ok"

@@ -1,0 +1,831 @@
+/* test_client.c — liblct against a real lctd (cpu backend) over ipc and tcp: every op, real tensors, chunking, concurrency, hostile input. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <pthread.h>
+
+#include "lct_checksum.h"
+#include "lct_wire.h"
+#include "lctd_harness.h"
+#include "test_util.h"
+
+static test_lctd daemon_;
+
+static void stop(void) { test_lctd_stop(&daemon_); }
+
+/* Small frames and segments, so that modest tensors exercise chunked puts,
+ * ranged gets and multi-segment coding. */
+static void start_small_frames(void) {
+  const char *extra[] = {"--frame-size", "64K", "--segment-size", "64K", NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+static void start_default(void) { test_lctd_start(&daemon_, NULL); }
+
+/* Seeded bf16-like data: a handful of exponents, random mantissas. */
+static uint8_t *bf16_data(uint64_t seed, size_t n_elems) {
+  test_rng r = {seed};
+  uint16_t *p = malloc(n_elems * 2 + 1);
+  for (size_t i = 0; i < n_elems; i++) {
+    uint64_t x = test_rand(&r);
+    p[i] = (uint16_t)(((x >> 20) & 1) << 15 | (0x78 + (x & 7)) << 7 | ((x >> 8) & 0x7f));
+  }
+  return (uint8_t *)p;
+}
+
+static void put_ok(lct_client *c, const char *key, int dtype, const void *data, size_t bytes, lct_tensor_info *info) {
+  uint64_t shape[1] = {bytes / lct_dtype_size(dtype)};
+  int rc = lct_put(c, key, dtype, shape, 1, data, bytes, info);
+  cr_assert_eq(rc, 0, "put %s (%zu bytes): %s: %s", key, bytes, lct_strerror(rc), lct_last_error(c));
+}
+
+static void get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
+  void *got;
+  lct_tensor_info info;
+  int rc = lct_get_alloc(c, key, &got, &info);
+  cr_assert_eq(rc, 0, "get %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
+  cr_assert_eq(info.raw_bytes, bytes, "%s size", key);
+  cr_assert(bytes == 0 || memcmp(got, want, bytes) == 0, "%s bytes differ", key);
+  free(got);
+}
+
+/* ---- raw protocol access, for what liblct would never send ---------------- */
+
+typedef struct raw_conn {
+  int sock;
+} raw_conn;
+
+static raw_conn raw_open(const char *endpoint) {
+  raw_conn r;
+  r.sock = nn_socket(AF_SP, NN_REQ);
+  cr_assert(r.sock >= 0);
+  int t = 5000, max = -1;
+  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
+  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_SNDTIMEO, &t, sizeof t);
+  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max, sizeof max);
+  cr_assert(nn_connect(r.sock, endpoint) >= 0);
+  return r;
+}
+
+/* Sends raw bytes; returns the reply's status (0 or a positive LCT code) and
+ * optionally the reply (free with lctpb__reply__free_unpacked) and payload. */
+static uint32_t raw_bytes(raw_conn *r, const void *msg, size_t len, Lctpb__Reply **reply, void **payload,
+                          size_t *plen) {
+  cr_assert_eq(nn_send(r->sock, msg, len, 0), (int)len);
+  void *buf = NULL;
+  int n = nn_recv(r->sock, &buf, NN_MSG, 0);
+  cr_assert(n >= 0, "no reply: %s", nn_strerror(nn_errno()));
+  lct_wire_frame f;
+  cr_assert_eq(lct_wire_split(buf, (size_t)n, &f), 0, "reply frame");
+  Lctpb__Reply *rp;
+  cr_assert_eq(lct_wire_reply_parse(&f, &rp), 0, "reply header");
+  uint32_t status = rp->status;
+  if (status != 0) cr_assert(rp->message && *rp->message, "an error reply carries a message");
+  if (payload) {
+    *payload = malloc(f.payload_len + 1);
+    memcpy(*payload, f.payload, f.payload_len);
+    *plen = f.payload_len;
+  }
+  if (reply) *reply = rp;
+  else lctpb__reply__free_unpacked(rp, NULL);
+  nn_freemsg(buf);
+  return status;
+}
+
+static uint32_t raw_call(raw_conn *r, Lctpb__Request *rq, const void *payload, size_t plen, Lctpb__Reply **reply) {
+  rq->payload_bytes = plen;
+  size_t h = lctpb__request__get_packed_size(rq);
+  uint8_t *m = malloc(LCT_WIRE_PREFIX_BYTES + h + plen);
+  lct_wire_prefix(m, h);
+  lctpb__request__pack(rq, m + LCT_WIRE_PREFIX_BYTES);
+  if (plen) memcpy(m + LCT_WIRE_PREFIX_BYTES + h, payload, plen);
+  uint32_t s = raw_bytes(r, m, LCT_WIRE_PREFIX_BYTES + h + plen, reply, NULL, NULL);
+  free(m);
+  return s;
+}
+
+static void raw_key(Lctpb__Request *rq, const char *key) {
+  rq->has_key = 1;
+  rq->key.data = (uint8_t *)key;
+  rq->key.len = strlen(key);
+}
+
+static lct_server_stats stats_of(lct_client *c) {
+  lct_server_stats s;
+  cr_assert_eq(lct_stats(c, &s, NULL), 0);
+  return s;
+}
+
+/* ---- every op -------------------------------------------------------------- */
+
+Test(client, every_op, .init = start_small_frames, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  lct_server_info si;
+  cr_assert_eq(lct_ping(c, &si), 0);
+  cr_assert_str_eq(si.backend, test_backend());
+  cr_assert_eq(si.frame_bytes, 64 << 10);
+  cr_assert(strncmp(si.server, "lctd ", 5) == 0);
+
+  size_t n = 100000;
+  uint8_t *w = bf16_data(1, n);
+  uint64_t shape[2] = {400, 250};
+  lct_tensor_info put_info, info;
+  cr_assert_eq(lct_put(c, "model/w", LCT_DTYPE_BF16, shape, 2, w, n * 2, &put_info), 0, "%s", lct_last_error(c));
+  cr_assert_eq(put_info.raw_bytes, n * 2);
+  cr_assert_lt(put_info.stored_bytes, n * 2, "bf16 with 8 exponents compresses");
+  cr_assert_eq(put_info.checksum, lct_crc32c(0, w, n * 2));
+
+  cr_assert_eq(lct_stat(c, "model/w", &info), 0);
+  cr_assert_eq(info.dtype, LCT_DTYPE_BF16);
+  cr_assert_eq(info.ndim, 2);
+  cr_assert_eq(info.shape[0], 400);
+  cr_assert_eq(info.shape[1], 250);
+  cr_assert_eq(info.version, put_info.version);
+  cr_assert_eq(info.stored_bytes, put_info.stored_bytes);
+
+  /* Into a caller buffer: exact, too small (EBUFSIZE with the size), larger. */
+  uint8_t *buf = malloc(n * 2 + 16);
+  cr_assert_eq(lct_get(c, "model/w", buf, n * 2, &info), 0);
+  cr_assert_eq(memcmp(buf, w, n * 2), 0);
+  cr_assert_eq(lct_get(c, "model/w", buf, n * 2 - 1, &info), LCT_EBUFSIZE);
+  cr_assert_eq(info.raw_bytes, n * 2, "EBUFSIZE still reports the size");
+  cr_assert_eq(lct_get(c, "model/w", buf, n * 2 + 16, &info), 0);
+  cr_assert_eq(memcmp(buf, w, n * 2), 0);
+
+  /* Overwrite: a new version, the new bytes. */
+  uint8_t *w2 = bf16_data(2, n);
+  cr_assert_eq(lct_put(c, "model/w", LCT_DTYPE_BF16, shape, 2, w2, n * 2, &info), 0);
+  cr_assert_gt(info.version, put_info.version);
+  get_equals(c, "model/w", w2, n * 2);
+
+  put_ok(c, "model/b", LCT_DTYPE_F32, w, 4000, NULL);
+  put_ok(c, "opt/m", LCT_DTYPE_RAW, w, 7, NULL);
+  lct_list_page *page;
+  cr_assert_eq(lct_list(c, "model/", NULL, 0, &page), 0);
+  cr_assert_eq(page->n, 2);
+  cr_assert_str_eq(page->entries[0].key, "model/b");
+  cr_assert_str_eq(page->entries[1].key, "model/w");
+  cr_assert_eq(page->entries[1].info.raw_bytes, n * 2);
+  cr_assert_null(page->next_cursor);
+  lct_list_free(page);
+
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.tensors, 3);
+  cr_assert_eq(st.raw_bytes, n * 2 + 4000 + 7);
+  cr_assert_eq(st.pending_puts, 0);
+  cr_assert_eq(st.staging_bytes, 0);
+  char *text;
+  cr_assert_eq(lct_stats(c, NULL, &text), 0);
+  cr_assert(strstr(text, "lct_requests_total{op=\"put_chunk\",status=\"ok\"}"), "the 200 KB put went in chunks");
+  free(text);
+
+  cr_assert_eq(lct_delete(c, "model/w"), 0);
+  cr_assert_eq(lct_delete(c, "model/w"), LCT_ENOENT);
+  cr_assert_eq(lct_stat(c, "model/w", &info), LCT_ENOENT);
+  cr_assert_eq(lct_get(c, "model/w", buf, n * 2, &info), LCT_ENOENT);
+  cr_assert_eq(stats_of(c).tensors, 2);
+
+  cr_assert_eq(lct_put(c, "", LCT_DTYPE_RAW, NULL, 0, w, 1, NULL), LCT_ENAMETOOLONG);
+  cr_assert_eq(lct_put(c, "x", 77, NULL, 0, w, 1, NULL), LCT_EDTYPE);
+  uint64_t s3[1] = {3};
+  cr_assert_eq(lct_put(c, "x", LCT_DTYPE_F32, s3, 1, w, 8, NULL), LCT_ESIZE);
+  free(buf);
+  free(w);
+  free(w2);
+  lct_close(c);
+}
+
+/* ---- real tensors over ipc and tcp ------------------------------------------ */
+
+/* single_segment: the daemon keeps tensors of up to 256 KiB in one segment
+ * (default segment-size), so their stored size is one reference blob's. */
+static void round_trip_data_dir(const char *endpoint, int single_segment) {
+  lct_client *c = test_connect(endpoint);
+  DIR *dir = opendir(LCT_TEST_DATA);
+  cr_assert_not_null(dir);
+  int files = 0;
+  for (struct dirent *de; (de = readdir(dir)) != NULL;) {
+    const char *name = de->d_name;
+    size_t len = strlen(name);
+    int dtype = test_dtype_from_name(name);
+    if (len < 5 || strcmp(name + len - 4, ".bin") != 0 || dtype < 0) continue;
+    size_t bytes;
+    uint8_t *data = test_read_data(name, &bytes);
+    lct_tensor_info info;
+    put_ok(c, name, dtype, data, bytes, &info);
+    cr_assert_lt(info.stored_bytes, bytes, "%s: real tensors compress", name);
+    if (single_segment && bytes <= (256 << 10)) {
+      /* One segment: the stored blob is the reference encoder's, byte count for byte count. */
+      lct_codebook cb;
+      size_t n = bytes / lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
+      uint8_t *blob = malloc(cap);
+      lct_encode_stats es;
+      cr_assert_eq(lct_codebook_from_data(dtype, data, n, &cb), 0);
+      cr_assert_eq(lct_encode(dtype, &cb, data, n, blob, cap, &es), 0);
+      cr_assert_eq(info.stored_bytes, es.blob_bytes, "%s: %s backend stores the reference size", name,
+                   test_backend());
+      free(blob);
+    }
+    get_equals(c, name, data, bytes);
+    /* A second put of the key reuses its codebook and still round-trips. */
+    put_ok(c, name, dtype, data, bytes, &info);
+    get_equals(c, name, data, bytes);
+    free(data);
+    files++;
+  }
+  closedir(dir);
+  cr_assert_gt(files, 0, "tests/data has real tensor slices");
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.tensors, (uint64_t)files);
+  cr_assert_eq(st.codebook_builds, (uint64_t)files, "one build per key; second puts reuse");
+  cr_assert_eq(st.codebook_rebuilds, 0);
+  lct_close(c);
+}
+
+Test(client, real_tensors_ipc, .init = start_small_frames, .fini = stop) {
+  round_trip_data_dir(daemon_.ipc, 0);
+}
+
+Test(client, real_tensors_tcp, .init = start_default, .fini = stop) {
+  round_trip_data_dir(daemon_.tcp, 1);
+}
+
+/* ---- sizes around chunks, segments and frames ------------------------------- */
+
+Test(client, sizes, .init = start_small_frames, .fini = stop) {
+  lct_client *c = test_connect(daemon_.tcp);
+  const size_t chunk = LCT_CHUNK_ELEMS, seg = 32768; /* 64 KiB of bf16 */
+  size_t sizes[] = {0, 1, 2, 3, chunk - 1, chunk, chunk + 1, seg - 1, seg, seg + 1, 3 * seg + 17, 500000};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = sizes[i];
+    uint8_t *d = bf16_data(100 + i, n);
+    char key[32];
+    snprintf(key, sizeof key, "n%zu", n);
+    put_ok(c, key, LCT_DTYPE_BF16, d, n * 2, NULL);
+    get_equals(c, key, d, n * 2);
+    put_ok(c, key, LCT_DTYPE_RAW, d, n * 2, NULL);
+    get_equals(c, key, d, n * 2);
+    put_ok(c, key, LCT_DTYPE_F8E4M3, d, n * 2, NULL);
+    get_equals(c, key, d, n * 2);
+    free(d);
+  }
+  /* A scalar: ndim 0 is one element. */
+  float one = 1.0f;
+  lct_tensor_info info;
+  cr_assert_eq(lct_put(c, "scalar", LCT_DTYPE_F32, NULL, 0, &one, 4, &info), 0);
+  cr_assert_eq(info.ndim, 0);
+  get_equals(c, "scalar", &one, 4);
+  lct_close(c);
+}
+
+/* A tensor larger than the default 16 MiB frame, with default settings. */
+Test(client, larger_than_frame, .init = start_default, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = (20u << 20) / 2 + 12345;
+  uint8_t *d = bf16_data(9, n);
+  lct_tensor_info info;
+  put_ok(c, "big", LCT_DTYPE_BF16, d, n * 2, &info);
+  cr_assert_lt(info.stored_bytes, n * 2);
+  get_equals(c, "big", d, n * 2);
+  char *text;
+  cr_assert_eq(lct_stats(c, NULL, &text), 0);
+  cr_assert(strstr(text, "op=\"put_commit\",status=\"ok\"} 1\n"), "%s", text);
+  free(text);
+  free(d);
+  lct_close(c);
+}
+
+/* Chunks that do not line up with the server's segments: a client frame of
+ * 100000 bytes against segments of 64 KiB multiples, and an empty chunked put. */
+Test(client, chunks_straddle_segments, .init = start_default, .fini = stop) {
+  lct_options o = {0};
+  o.endpoint = daemon_.ipc;
+  o.frame_bytes = 100000;
+  lct_client *c;
+  cr_assert_eq(lct_connect(&o, &c), 0);
+  size_t n = 700001;
+  uint8_t *d = bf16_data(12, n);
+  put_ok(c, "odd", LCT_DTYPE_BF16, d, n * 2, NULL);
+  get_equals(c, "odd", d, n * 2);
+  put_ok(c, "odd", LCT_DTYPE_F32, d, (n - 1) * 2, NULL);
+  get_equals(c, "odd", d, (n - 1) * 2);
+  lct_close(c);
+
+  raw_conn r = raw_open(daemon_.ipc);
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  uint64_t shape[1] = {0};
+  m.has_dtype = 1;
+  m.dtype = LCT_DTYPE_BF16;
+  m.n_shape = 1;
+  m.shape = shape;
+  Lctpb__Request b = LCTPB__REQUEST__INIT;
+  b.op = LCTPB__OP__OP_PUT_BEGIN;
+  raw_key(&b, "empty");
+  b.meta = &m;
+  Lctpb__Reply *rp;
+  cr_assert_eq(raw_call(&r, &b, NULL, 0, &rp), 0);
+  Lctpb__Request cm = LCTPB__REQUEST__INIT;
+  cm.op = LCTPB__OP__OP_PUT_COMMIT;
+  cm.has_put_id = 1;
+  cm.put_id = rp->put_id;
+  lctpb__reply__free_unpacked(rp, NULL);
+  cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 0, "an empty tensor commits with no chunk");
+  nn_close(r.sock);
+  c = test_connect(daemon_.ipc);
+  get_equals(c, "empty", NULL, 0);
+  free(d);
+  lct_close(c);
+}
+
+/* ---- concurrency ------------------------------------------------------------- */
+
+typedef struct worker {
+  const char *endpoint;
+  int id;
+  int failures;
+  char why[256];
+} worker;
+
+static void *worker_run(void *arg) {
+  worker *w = arg;
+  lct_options o = {0};
+  o.endpoint = w->endpoint;
+  o.timeout_ms = 30000;
+  lct_client *c;
+  if (lct_connect(&o, &c) != 0) {
+    w->failures++;
+    snprintf(w->why, sizeof w->why, "connect failed");
+    return NULL;
+  }
+  test_rng r = {(uint64_t)w->id * 1000};
+  for (int i = 0; i < 100; i++) {
+    size_t n = 1 + test_rand(&r) % 60000; /* up to 120 KB: some puts and gets span frames */
+    uint8_t *d = bf16_data((uint64_t)w->id * 100000 + (uint64_t)i, n);
+    char key[32];
+    snprintf(key, sizeof key, "w%d/%d", w->id, i % 10);
+    uint64_t shape[1] = {n};
+    int rc = lct_put(c, key, LCT_DTYPE_BF16, shape, 1, d, n * 2, NULL);
+    void *got = NULL;
+    lct_tensor_info info;
+    if (rc == 0) rc = lct_get_alloc(c, key, &got, &info);
+    if (rc != 0 || info.raw_bytes != n * 2 || memcmp(got, d, n * 2) != 0) {
+      if (!w->failures)
+        snprintf(w->why, sizeof w->why, "%s round %d: %s %s", key, i, lct_strerror(rc), lct_last_error(c));
+      w->failures++;
+    }
+    free(got);
+    free(d);
+  }
+  lct_close(c);
+  return NULL;
+}
+
+Test(client, eight_concurrent_clients, .init = start_small_frames, .fini = stop) {
+  pthread_t th[8];
+  worker w[8];
+  for (int i = 0; i < 8; i++) {
+    w[i] = (worker){i % 2 ? daemon_.tcp : daemon_.ipc, i, 0, ""};
+    pthread_create(&th[i], NULL, worker_run, &w[i]);
+  }
+  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 8; i++) cr_assert_eq(w[i].failures, 0, "worker %d: %d failures, first: %s", i, w[i].failures, w[i].why);
+  lct_client *c = test_connect(daemon_.ipc);
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.tensors, 80);
+  cr_assert_eq(st.errors, 0);
+  lct_close(c);
+}
+
+/* ---- pagination --------------------------------------------------------------- */
+
+Test(client, list_pages, .init = start_default, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  uint8_t byte = 1;
+  char key[32];
+  for (int i = 0; i < 1234; i++) {
+    snprintf(key, sizeof key, "%s/%04d", i % 3 ? "a" : "b", i);
+    put_ok(c, key, LCT_DTYPE_RAW, &byte, 1, NULL);
+  }
+  char *cursor = NULL;
+  size_t total = 0;
+  int pages = 0;
+  char last[32] = "";
+  do {
+    lct_list_page *p;
+    cr_assert_eq(lct_list(c, "a/", cursor, 100, &p), 0);
+    for (size_t i = 0; i < p->n; i++) {
+      cr_assert(strncmp(p->entries[i].key, "a/", 2) == 0);
+      cr_assert_gt(strcmp(p->entries[i].key, last), 0, "keys ascend across pages");
+      snprintf(last, sizeof last, "%s", p->entries[i].key);
+    }
+    total += p->n;
+    pages++;
+    free(cursor);
+    cursor = p->next_cursor;
+    p->next_cursor = NULL;
+    lct_list_free(p);
+  } while (cursor);
+  cr_assert_eq(total, 822, "1234 keys, two in three under a/");
+  cr_assert_eq(pages, 9);
+  lct_list_page *p;
+  cr_assert_eq(lct_list(c, NULL, NULL, 100000, &p), 0);
+  cr_assert_eq(p->n, LCT_LIST_MAX, "the server caps a page");
+  cr_assert_not_null(p->next_cursor);
+  lct_list_free(p);
+  lct_close(c);
+}
+
+/* ---- codebooks: reuse and drift ------------------------------------------------- */
+
+Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = 200000;
+  uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n);
+  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* same distribution: reused */
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.codebook_builds, 1);
+  cr_assert_eq(st.codebook_rebuilds, 0);
+  /* Shift every exponent: the old codebook lacks them all, escapes blow up. */
+  uint16_t *s = (uint16_t *)b;
+  for (size_t i = 0; i < n; i++) s[i] = (uint16_t)(s[i] - (0x40 << 7));
+  lct_tensor_info info;
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &info);
+  st = stats_of(c);
+  cr_assert_eq(st.codebook_rebuilds, 1, "drift past 2%% rebuilt the codebook");
+  cr_assert_lt(info.stored_bytes, n * 2 * 3 / 4, "the rebuilt codebook codes well");
+  get_equals(c, "m", b, n * 2);
+  free(a);
+  free(b);
+  lct_close(c);
+}
+
+/* ---- hostile and malformed input ---------------------------------------------- */
+
+/* The daemon answers and the reference tensor is unchanged. */
+static void still_serving(const uint8_t *ref, size_t bytes) {
+  lct_client *c = test_connect(daemon_.tcp);
+  cr_assert_eq(lct_ping(c, NULL), 0);
+  get_equals(c, "ref", ref, bytes);
+  lct_close(c);
+}
+
+Test(client, bad_frames, .init = start_small_frames, .fini = stop) {
+  size_t n = 50000;
+  uint8_t *ref = bf16_data(5, n);
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "ref", LCT_DTYPE_BF16, ref, n * 2, NULL);
+  lct_close(c);
+  raw_conn r = raw_open(daemon_.ipc);
+
+  cr_assert_eq(raw_bytes(&r, "hello", 5, NULL, NULL, NULL), 13, "garbage: EPROTO");
+  still_serving(ref, n * 2);
+  cr_assert_eq(raw_bytes(&r, "", 0, NULL, NULL, NULL), 13, "empty message");
+  uint8_t pre[40];
+  lct_wire_prefix(pre, 100); /* announces 100 header bytes, carries 28 */
+  memset(pre + 12, 0x08, 28);
+  cr_assert_eq(raw_bytes(&r, pre, sizeof pre, NULL, NULL, NULL), 13, "truncated header");
+  lct_wire_prefix(pre, 28);
+  memset(pre + 12, 0xff, 28);
+  cr_assert_eq(raw_bytes(&r, pre, sizeof pre, NULL, NULL, NULL), 13, "header is not protobuf");
+  lct_wire_prefix(pre, 4);
+  pre[4] = 9;
+  cr_assert_eq(raw_bytes(&r, pre, 16, NULL, NULL, NULL), 4, "protocol version 9: EVERSION");
+  still_serving(ref, n * 2);
+
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = 99;
+  cr_assert_eq(raw_call(&r, &rq, NULL, 0, NULL), 14, "unknown op: EOP");
+  rq.op = LCTPB__OP__OP_GET;
+  cr_assert_eq(raw_call(&r, &rq, NULL, 0, NULL), 1, "get without a key: EINVAL");
+  raw_key(&rq, "");
+  cr_assert_eq(raw_call(&r, &rq, NULL, 0, NULL), 11, "empty key: ENAMETOOLONG");
+  char *huge = malloc(65536 + 1);
+  memset(huge, 'k', 65536);
+  huge[65536] = 0;
+  raw_key(&rq, huge);
+  rq.op = LCTPB__OP__OP_PUT;
+  cr_assert_eq(raw_call(&r, &rq, "abcd", 4, NULL), 11, "64 KiB key: ENAMETOOLONG");
+  free(huge);
+
+  /* Payload size against dtype and shape. */
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  uint64_t shape[2] = {10, 1};
+  m.has_dtype = 1;
+  m.dtype = LCT_DTYPE_F32;
+  m.n_shape = 2;
+  m.shape = shape;
+  raw_key(&rq, "ref");
+  rq.meta = &m;
+  uint8_t payload[64] = {0};
+  cr_assert_eq(raw_call(&r, &rq, payload, 39, NULL), 8, "39 bytes for 10 f32: ESIZE");
+  m.has_raw_bytes = 1;
+  m.raw_bytes = 44;
+  cr_assert_eq(raw_call(&r, &rq, payload, 44, NULL), 8, "raw_bytes 44 for 10 f32: ESIZE");
+  m.has_raw_bytes = 0;
+  m.dtype = 42;
+  cr_assert_eq(raw_call(&r, &rq, payload, 40, NULL), 5, "dtype 42: EDTYPE");
+  m.dtype = LCT_DTYPE_F32;
+  uint64_t huge_shape[3] = {1ull << 40, 1ull << 40, 16};
+  m.shape = huge_shape;
+  m.n_shape = 3;
+  cr_assert_eq(raw_call(&r, &rq, payload, 40, NULL), 12, "shape product overflow: E2BIG");
+  m.shape = shape;
+  m.n_shape = 2;
+  m.has_checksum = 1;
+  m.checksum = 12345;
+  cr_assert_eq(raw_call(&r, &rq, payload, 40, NULL), 6, "wrong checksum: ECHECKSUM");
+  still_serving(ref, n * 2);
+
+  /* Ranged reads. */
+  Lctpb__Request g = LCTPB__REQUEST__INIT;
+  g.op = LCTPB__OP__OP_GET;
+  raw_key(&g, "ref");
+  g.has_offset = 1;
+  g.offset = n * 2 + 1;
+  cr_assert_eq(raw_call(&r, &g, NULL, 0, NULL), 1, "offset past the end: EINVAL");
+  g.offset = 1001;
+  g.has_length = 1;
+  g.length = 70001;
+  Lctpb__Reply *rp;
+  cr_assert_eq(raw_call(&r, &g, NULL, 0, &rp), 0);
+  lctpb__reply__free_unpacked(rp, NULL);
+  g.has_version = 1;
+  g.version = 999999;
+  cr_assert_eq(raw_call(&r, &g, NULL, 0, NULL), 23, "version moved on: ESTALE");
+  nn_close(r.sock);
+
+  /* An odd byte range comes back exactly (through a second socket). */
+  raw_conn r2 = raw_open(daemon_.tcp);
+  g.has_version = 0;
+  void *bytes;
+  size_t blen;
+  g.payload_bytes = 0;
+  size_t h = lctpb__request__get_packed_size(&g);
+  uint8_t *msg = malloc(LCT_WIRE_PREFIX_BYTES + h);
+  lct_wire_prefix(msg, h);
+  lctpb__request__pack(&g, msg + LCT_WIRE_PREFIX_BYTES);
+  cr_assert_eq(raw_bytes(&r2, msg, LCT_WIRE_PREFIX_BYTES + h, NULL, &bytes, &blen), 0);
+  cr_assert_eq(blen, 64 << 10, "a range is capped at the frame size");
+  cr_assert_eq(memcmp(bytes, ref + 1001, blen), 0);
+  free(bytes);
+  free(msg);
+  nn_close(r2.sock);
+  still_serving(ref, n * 2);
+  free(ref);
+}
+
+Test(client, oversized_message_drops_only_that_peer, .init = start_small_frames, .fini = stop) {
+  uint8_t ref[100] = {1, 2, 3};
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "ref", LCT_DTYPE_RAW, ref, sizeof ref, NULL);
+  raw_conn r = raw_open(daemon_.ipc);
+  int t = 1000;
+  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
+  size_t len = (64 << 10) + LCT_WIRE_HEADER_MAX + LCT_WIRE_PREFIX_BYTES + 1;
+  uint8_t *big = calloc(1, len);
+  cr_assert_eq(nn_send(r.sock, big, len, 0), (int)len);
+  void *buf;
+  cr_assert_lt(nn_recv(r.sock, &buf, NN_MSG, 0), 0, "no reply to a message past NN_RCVMAXSIZE");
+  free(big);
+  nn_close(r.sock);
+  get_equals(c, "ref", ref, sizeof ref);
+  lct_close(c);
+  still_serving(ref, sizeof ref);
+}
+
+Test(client, chunked_put_protocol_errors, .init = start_small_frames, .fini = stop) {
+  uint8_t ref[1000];
+  memset(ref, 7, sizeof ref);
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "ref", LCT_DTYPE_RAW, ref, sizeof ref, NULL);
+  raw_conn r = raw_open(daemon_.ipc);
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  uint64_t shape[1] = {1000};
+  m.has_dtype = 1;
+  m.dtype = LCT_DTYPE_RAW;
+  m.n_shape = 1;
+  m.shape = shape;
+  Lctpb__Request b = LCTPB__REQUEST__INIT;
+  b.op = LCTPB__OP__OP_PUT_BEGIN;
+  raw_key(&b, "staged");
+  b.meta = &m;
+  cr_assert_eq(raw_call(&r, &b, ref, 10, NULL), 1, "begin carries no payload: EINVAL");
+  Lctpb__Reply *rp;
+  cr_assert_eq(raw_call(&r, &b, NULL, 0, &rp), 0);
+  cr_assert(rp->has_put_id);
+  uint64_t id = rp->put_id;
+  lctpb__reply__free_unpacked(rp, NULL);
+
+  Lctpb__Request k = LCTPB__REQUEST__INIT;
+  k.op = LCTPB__OP__OP_PUT_CHUNK;
+  k.has_put_id = 1;
+  k.put_id = id;
+  k.has_offset = 1;
+  k.offset = 10;
+  cr_assert_eq(raw_call(&r, &k, ref, 100, NULL), 1, "chunk out of order: EINVAL");
+  k.offset = 0;
+  cr_assert_eq(raw_call(&r, &k, ref, 600, NULL), 0);
+  k.offset = 600;
+  cr_assert_eq(raw_call(&r, &k, ref, 401, NULL), 8, "chunk past the end: ESIZE");
+  Lctpb__Request cm = LCTPB__REQUEST__INIT;
+  cm.op = LCTPB__OP__OP_PUT_COMMIT;
+  cm.has_put_id = 1;
+  cm.put_id = id;
+  cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 8, "commit of an incomplete put: ESIZE");
+  raw_key(&cm, "other");
+  cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 1, "commit naming another key: EINVAL");
+  cm.has_key = 0;
+  cr_assert_eq(lct_stat(c, "staged", NULL), LCT_ENOENT, "an uncommitted put is invisible");
+  Lctpb__Request ab = LCTPB__REQUEST__INIT;
+  ab.op = LCTPB__OP__OP_PUT_ABORT;
+  ab.has_put_id = 1;
+  ab.put_id = id;
+  cr_assert_eq(raw_call(&r, &ab, NULL, 0, NULL), 0);
+  cr_assert_eq(raw_call(&r, &k, ref, 400, NULL), 9, "chunk after abort: ENOENT");
+  cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 9, "commit after abort: ENOENT");
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.pending_puts, 0);
+  cr_assert_eq(st.staging_bytes, 0);
+  nn_close(r.sock);
+  get_equals(c, "ref", ref, sizeof ref);
+  lct_close(c);
+}
+
+/* ---- a full pool ------------------------------------------------------------- */
+
+static void full_pool_checks(const char *endpoint) {
+  lct_client *c = test_connect(endpoint);
+  test_rng rng = {3};
+  size_t bytes = 600 << 10;
+  uint8_t *a = malloc(bytes), *b = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++) a[i] = (uint8_t)test_rand(&rng), b[i] = (uint8_t)test_rand(&rng);
+  put_ok(c, "a", LCT_DTYPE_RAW, a, bytes, NULL);
+  uint64_t shape[1] = {bytes};
+  cr_assert_eq(lct_put(c, "a", LCT_DTYPE_RAW, shape, 1, b, bytes, NULL), LCT_ENOSPC, "overwrite needs room for both");
+  cr_assert(strstr(lct_last_error(c), "in use"), "message: %s", lct_last_error(c));
+  get_equals(c, "a", a, bytes);
+  cr_assert_eq(lct_put(c, "b", LCT_DTYPE_RAW, shape, 1, b, bytes, NULL), LCT_ENOSPC);
+  cr_assert_eq(lct_stat(c, "b", NULL), LCT_ENOENT);
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.tensors, 1);
+  cr_assert_eq(st.pool_used, st.stored_bytes, "nothing leaked from the refused puts");
+  cr_assert_eq(st.staging_bytes, 0);
+  cr_assert_eq(lct_delete(c, "a"), 0);
+  put_ok(c, "b", LCT_DTYPE_RAW, b, bytes, NULL);
+  get_equals(c, "b", b, bytes);
+  free(a);
+  free(b);
+  lct_close(c);
+}
+
+static void start_full_pool(void) {
+  const char *extra[] = {"--memory", "1M", NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+static void start_full_pool_chunked(void) {
+  const char *extra[] = {"--memory", "1M", "--frame-size", "64K", "--segment-size", "64K", NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+Test(client, full_pool_single_frame, .init = start_full_pool, .fini = stop) {
+  full_pool_checks(daemon_.ipc);
+}
+
+Test(client, full_pool_chunked, .init = start_full_pool_chunked, .fini = stop) {
+  full_pool_checks(daemon_.tcp);
+}
+
+/* ---- a client that dies mid-put ------------------------------------------------ */
+
+static void start_short_timeout(void) {
+  const char *extra[] = {"--frame-size", "64K", "--put-timeout", "300ms", NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
+  size_t n = 300000;
+  uint8_t *ref = bf16_data(8, n);
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "ref", LCT_DTYPE_BF16, ref, n * 2, NULL);
+  /* A separate client process begins a 2 MiB put, sends all but the last
+   * chunk, and is killed. */
+  int out[2];
+  cr_assert_eq(pipe(out), 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl(LCT_HELPER_PARTIAL_PUT, LCT_HELPER_PARTIAL_PUT, daemon_.tcp, "ref", "2097152", "65536", (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  char line[16] = "";
+  cr_assert_gt(read(out[0], line, sizeof line - 1), 0, "the helper reported nothing");
+  cr_assert(strncmp(line, "ready", 5) == 0, "helper said '%s'", line);
+  close(out[0]);
+  kill(pid, SIGKILL);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "helper status %d", status);
+  lct_server_stats st = stats_of(c);
+  cr_assert_eq(st.pending_puts, 1);
+  cr_assert_eq(st.staging_bytes, 2 << 20);
+  get_equals(c, "ref", ref, n * 2); /* the partial put is not visible */
+  for (int i = 0; i < 100 && stats_of(c).pending_puts != 0; i++) test_sleep_ms(20);
+  st = stats_of(c);
+  cr_assert_eq(st.pending_puts, 0, "the abandoned put expired");
+  cr_assert_eq(st.puts_expired, 1);
+  cr_assert_eq(st.staging_bytes, 0, "its memory was reclaimed");
+  get_equals(c, "ref", ref, n * 2);
+  put_ok(c, "after", LCT_DTYPE_BF16, ref, n * 2, NULL);
+  get_equals(c, "after", ref, n * 2);
+  free(ref);
+  lct_close(c);
+}
+
+Test(client, connect_failures) {
+  lct_options o = {0};
+  o.endpoint = "ipc:///tmp/lct-test-nobody-listens.sock";
+  o.connect_timeout_ms = 200;
+  lct_client *c;
+  cr_assert_eq(lct_connect(&o, &c), LCT_ECONN);
+  o.endpoint = "bogus://x";
+  cr_assert_eq(lct_connect(&o, &c), LCT_EINVAL);
+  o.endpoint = NULL;
+  o.frame_bytes = 100;
+  cr_assert_eq(lct_connect(&o, &c), LCT_EINVAL, "frame below the minimum");
+}
+
+/* ---- the HTTP stats endpoint --------------------------------------------------- */
+
+static int http_port;
+
+static void start_http(void) {
+  static char addr[32];
+  http_port = test_free_port();
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", http_port);
+  const char *extra[] = {"--http", addr, NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+/* Sends request bytes and returns what the server answered before closing. */
+static char *http_exchange(const char *request, size_t len) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+  for (size_t off = 0; off < len;) {
+    ssize_t w = send(s, request + off, len - off, MSG_NOSIGNAL);
+    if (w <= 0) break; /* the server may answer (and close) before reading it all */
+    off += (size_t)w;
+  }
+  size_t cap = 1 << 16, have = 0;
+  char *out = malloc(cap + 1);
+  ssize_t r;
+  while (have < cap && (r = recv(s, out + have, cap - have, 0)) > 0) have += (size_t)r;
+  out[have] = '\0';
+  close(s);
+  return out;
+}
+
+Test(client, http_metrics, .init = start_http, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  uint8_t byte = 1;
+  put_ok(c, "k", LCT_DTYPE_RAW, &byte, 1, NULL);
+  /* An idle connection does not hold up the others. */
+  int idle = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(connect(idle, (struct sockaddr *)&a, sizeof a), 0);
+
+  const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  char *r = http_exchange(get, strlen(get));
+  cr_assert(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", r);
+  cr_assert(strstr(r, "\r\nlct_tensors 1\n") || strstr(r, "\nlct_tensors 1\n"), "%s", r);
+  cr_assert(strstr(r, "lct_requests_total{op=\"put\",status=\"ok\"} 1\n"), "%s", r);
+  free(r);
+  struct {
+    const char *req, *status;
+  } bad[] = {{"GET /nope HTTP/1.1\r\n\r\n", "404"},
+             {"POST /metrics HTTP/1.1\r\n\r\n", "405"},
+             {"\x01\x02garbage\r\n\r\n", "400"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    r = http_exchange(bad[i].req, strlen(bad[i].req));
+    cr_assert(strncmp(r + 9, bad[i].status, 3) == 0, "'%s' got '%.40s'", bad[i].req, r);
+    free(r);
+  }
+  char *huge = malloc(20000);
+  memset(huge, 'a', 20000);
+  memcpy(huge, "GET /", 5);
+  r = http_exchange(huge, 20000);
+  cr_assert(strncmp(r + 9, "431", 3) == 0, "oversized request got '%.40s'", r);
+  free(r);
+  free(huge);
+  close(idle);
+  cr_assert_eq(lct_ping(c, NULL), 0);
+  lct_close(c);
+}

@@ -1,0 +1,164 @@
+/* test_config.c — lctd's settings table: defaults, value parsers, bounds, config file and flags. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "lct_error.h"
+
+Test(config, defaults) {
+  lct__config c;
+  lct__config_init(&c);
+  cr_assert_eq(c.n_listen, 2);
+  cr_assert_str_eq(c.listen[0], "ipc:///tmp/lctd.sock");
+  cr_assert_str_eq(c.listen[1], "tcp://127.0.0.1:7878");
+  cr_assert_eq(c.backend, LCT__BACKEND_AUTO);
+  cr_assert_eq(c.memory, 0);
+  cr_assert_eq(c.frame_size, 16u << 20);
+  cr_assert_eq(c.segment_size, 1u << 20);
+  cr_assert_eq(c.put_timeout_ms, 30000);
+  cr_assert_eq(c.log_level, LCT__LOG_INFO);
+  char err[256];
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), 0);
+  lct__config_free(&c);
+}
+
+Test(config, sizes) {
+  uint64_t v;
+  cr_assert_eq(lct__parse_size("512M", &v), 0);
+  cr_assert_eq(v, 512ull << 20);
+  cr_assert_eq(lct__parse_size("40G", &v), 0);
+  cr_assert_eq(v, 40ull << 30);
+  cr_assert_eq(lct__parse_size("64k", &v), 0);
+  cr_assert_eq(v, 64ull << 10);
+  cr_assert_eq(lct__parse_size("2TiB", &v), 0);
+  cr_assert_eq(v, 2ull << 40);
+  cr_assert_eq(lct__parse_size("1048576", &v), 0);
+  cr_assert_eq(v, 1048576);
+  cr_assert_eq(lct__parse_size("12MB", &v), 0);
+  cr_assert_eq(v, 12ull << 20);
+  const char *bad[] = {"", "M", "-1", "1.5G", "12Q", "99999999999999999999", "16777216T", " 5"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    cr_assert_neq(lct__parse_size(bad[i], &v), 0, "'%s' accepted", bad[i]);
+}
+
+Test(config, durations) {
+  uint64_t v;
+  cr_assert_eq(lct__parse_ms("250", &v), 0);
+  cr_assert_eq(v, 250);
+  cr_assert_eq(lct__parse_ms("250ms", &v), 0);
+  cr_assert_eq(v, 250);
+  cr_assert_eq(lct__parse_ms("30s", &v), 0);
+  cr_assert_eq(v, 30000);
+  cr_assert_eq(lct__parse_ms("5m", &v), 0);
+  cr_assert_eq(v, 300000);
+  cr_assert_eq(lct__parse_ms("2h", &v), 0);
+  cr_assert_eq(v, 7200000);
+  cr_assert_neq(lct__parse_ms("5d", &v), 0);
+  cr_assert_neq(lct__parse_ms("s", &v), 0);
+}
+
+Test(config, set_and_bounds) {
+  lct__config c;
+  lct__config_init(&c);
+  char err[256];
+  cr_assert_eq(lct__config_set(&c, "memory", "512M", 2, err, sizeof err), 0);
+  cr_assert_eq(c.memory, 512ull << 20);
+  cr_assert_eq(lct__config_set(&c, "backend", "cpu", 2, err, sizeof err), 0);
+  cr_assert_eq(c.backend, LCT__BACKEND_CPU);
+  cr_assert_eq(lct__config_set(&c, "backend", "tpu", 2, err, sizeof err), LCT_ECONFIG);
+  cr_assert(strstr(err, "backend") && strstr(err, "tpu"), "%s", err);
+  cr_assert_eq(lct__config_set(&c, "device", "256", 2, err, sizeof err), LCT_ECONFIG);
+  cr_assert(strstr(err, "outside"), "%s", err);
+  cr_assert_eq(lct__config_set(&c, "device", "255", 2, err, sizeof err), 0);
+  cr_assert_eq(lct__config_set(&c, "frame-size", "1K", 2, err, sizeof err), LCT_ECONFIG, "below the minimum");
+  cr_assert_eq(lct__config_set(&c, "frame-size", "2G", 2, err, sizeof err), LCT_ECONFIG, "above int range");
+  cr_assert_eq(lct__config_set(&c, "frame-size", "64K", 2, err, sizeof err), 0);
+  cr_assert_eq(lct__config_set(&c, "no-such", "1", 2, err, sizeof err), LCT_ECONFIG);
+  cr_assert(strstr(err, "unknown setting"), "%s", err);
+  cr_assert_eq(lct__config_set(&c, "segment-size", "100K", 2, err, sizeof err), 0);
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), LCT_ECONFIG, "segment not a multiple of 64K");
+  cr_assert_eq(lct__config_set(&c, "segment-size", "128K", 2, err, sizeof err), 0);
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), 0);
+  lct__config_set(&c, "memory", "4K", 2, err, sizeof err);
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), LCT_ECONFIG, "tiny pool");
+  lct__config_free(&c);
+}
+
+static char *write_tmp(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/lct-test-config-%d", (int)getpid());
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+Test(config, file_and_flags) {
+  char *path = write_tmp("# lctd test\n"
+                         "memory 1G   # pool\n"
+                         "\n"
+                         "listen ipc:///tmp/a.sock\n"
+                         "listen tcp://0.0.0.0:9000\n"
+                         "put-timeout 2s\n");
+  lct__config c;
+  lct__config_init(&c);
+  char err[256];
+  char *argv[] = {"lctd", "--memory", "2G", "--config", path, "--threads=3", NULL};
+  cr_assert_eq(lct__config_args(&c, 6, argv, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(c.memory, 2ull << 30, "flags win over the file");
+  cr_assert_eq(c.threads, 3);
+  cr_assert_eq(c.put_timeout_ms, 2000);
+  cr_assert_eq(c.n_listen, 2, "the file's list replaced the defaults");
+  cr_assert_str_eq(c.listen[0], "ipc:///tmp/a.sock");
+  cr_assert_str_eq(c.listen[1], "tcp://0.0.0.0:9000");
+  lct__config_free(&c);
+
+  lct__config_init(&c);
+  char *argv2[] = {"lctd", "--config", path, "--listen", "ipc:///tmp/b.sock", NULL};
+  cr_assert_eq(lct__config_args(&c, 5, argv2, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(c.n_listen, 1, "a flag's list replaced the file's");
+  cr_assert_str_eq(c.listen[0], "ipc:///tmp/b.sock");
+  lct__config_free(&c);
+  unlink(path);
+}
+
+Test(config, file_errors) {
+  lct__config c;
+  char err[256];
+  char *path = write_tmp("memory 1G\nframe-size\n");
+  lct__config_init(&c);
+  cr_assert_eq(lct__config_load(&c, path, err, sizeof err), LCT_ECONFIG);
+  cr_assert(strstr(err, ":2:"), "line number in '%s'", err);
+  lct__config_free(&c);
+
+  path = write_tmp("memory lots\n");
+  lct__config_init(&c);
+  cr_assert_eq(lct__config_load(&c, path, err, sizeof err), LCT_ECONFIG);
+  cr_assert(strstr(err, ":1:") && strstr(err, "memory"), "%s", err);
+  lct__config_free(&c);
+  unlink(path);
+
+  lct__config_init(&c);
+  cr_assert_eq(lct__config_load(&c, "/nonexistent/lctd.conf", err, sizeof err), LCT_ECONFIG);
+  char *argv[] = {"lctd", "--memory", NULL};
+  cr_assert_eq(lct__config_args(&c, 2, argv, err, sizeof err), LCT_ECONFIG, "flag without value");
+  char *argv2[] = {"lctd", "stray", NULL};
+  cr_assert_eq(lct__config_args(&c, 2, argv2, err, sizeof err), LCT_ECONFIG);
+  lct__config_free(&c);
+}
+
+Test(config, listen_limit) {
+  lct__config c;
+  lct__config_init(&c);
+  char err[256], ep[64];
+  for (int i = 0; i < LCT__LISTEN_MAX; i++) {
+    snprintf(ep, sizeof ep, "ipc:///tmp/l%d.sock", i);
+    cr_assert_eq(lct__config_set(&c, "listen", ep, 2, err, sizeof err), 0);
+  }
+  cr_assert_eq(lct__config_set(&c, "listen", "ipc:///tmp/one-more.sock", 2, err, sizeof err), LCT_ECONFIG);
+  cr_assert_eq(c.n_listen, LCT__LISTEN_MAX);
+  lct__config_free(&c);
+}

@@ -1,0 +1,656 @@
+/* test_cuda_codec.c — GPU codec: byte equality with the CPU codec, round trips, batches, histograms, corrupt blobs. */
+#include <cuda_runtime_api.h>
+#include <dirent.h>
+#include <math.h>
+
+#include "lct_cuda.h"
+#include "test_util.h"
+
+/* Every test runs only where a CUDA device is present (CI builds, then skips). */
+#define REQUIRE_GPU()                                                    \
+  do {                                                                   \
+    int n_dev_ = 0;                                                      \
+    if (cudaGetDeviceCount(&n_dev_) != cudaSuccess || n_dev_ == 0)       \
+      cr_skip_test("no CUDA device");                                    \
+  } while (0)
+
+#define CUDA_OK(call)                                                                       \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                 \
+  } while (0)
+
+static const uint64_t kSizes[] = {0, 1, 511, 513, LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS, LCT_CHUNK_ELEMS + 1};
+
+/* The data directory: $LCT_TEST_DATA (a build run elsewhere), else the configured one. */
+static const char *data_dir(void) {
+  const char *d = getenv("LCT_TEST_DATA");
+  return d && *d ? d : LCT_TEST_DATA;
+}
+
+static uint8_t *read_data(const char *name, size_t *len) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", data_dir(), name);
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *buf = malloc(n ? (size_t)n : 1);
+  cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* Test tensors. kind 0: random bits; 1: trained-like (few exponents near the
+ * top of the range, random mantissas); 2: special values (NaN payloads, Inf,
+ * zeros, subnormals, extremes) among trained-like ones; 3: trained-like with the
+ * low half of the mantissa zero (autocast gradients: trimmed); 4: one value. */
+#define KINDS 5
+static void gen(int dtype, int kind, uint64_t seed, void *dst, uint64_t n) {
+  static const unsigned ebits[] = {0, 8, 8, 5, 4, 5}, mbits[] = {0, 23, 7, 10, 3, 2};
+  const size_t w = lct_dtype_size(dtype);
+  uint8_t *out = dst;
+  test_rng rng = {seed * 1000003u + (uint64_t)dtype * 101u + (uint64_t)kind};
+  const unsigned E = ebits[dtype], Mt = mbits[dtype], bias = E ? (1u << (E - 1)) - 1 : 0;
+  const uint32_t fixed = (uint32_t)test_rand(&rng);
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t r = test_rand(&rng);
+    uint32_t x;
+    if (kind == 0 || dtype == LCT_DTYPE_RAW) {
+      x = (uint32_t)r;
+    } else if (kind == 4) {
+      x = fixed;
+    } else {
+      unsigned geo = (unsigned)__builtin_ctzll(r | (1ull << 63)) / 2;
+      int e = (int)bias - 3 - (int)geo;
+      if (e < 0) e = 0;
+      uint32_t mant = (uint32_t)(r >> 40) & ((1u << Mt) - 1);
+      if (kind == 3) mant &= ~((1u << (Mt / 2)) - 1);
+      x = (uint32_t)((r >> 39) & 1) << (E + Mt) | (uint32_t)e << Mt | mant;
+      if (kind == 2 && (r & 7) == 0) {
+        const uint32_t all = (1u << (E + Mt)) - 1, inf = ((1u << E) - 1) << Mt;
+        switch ((r >> 3) % 8) {
+        case 0: x = inf; break;                                     /* +Inf (e4m3: a NaN) */
+        case 1: x = inf | 1u << (E + Mt); break;                    /* -Inf */
+        case 2: x = inf | ((uint32_t)(r >> 20) & ((1u << Mt) - 1)) | 1; break; /* NaN, payload */
+        case 3: x = 1u << (E + Mt); break;                          /* -0 */
+        case 4: x = 0; break;                                       /* +0 */
+        case 5: x = 1; break;                                       /* smallest subnormal */
+        case 6: x = all; break;                                     /* all ones */
+        default: x = all & ~(1u << Mt); break;                      /* largest finite */
+        }
+      }
+    }
+    memcpy(out + i * w, &x, w);
+  }
+}
+
+/* A device copy of len bytes at `shift` bytes past a fresh allocation. */
+typedef struct {
+  uint8_t *base, *p;
+} dbuf;
+
+static dbuf dput(const void *h, size_t len, size_t shift) {
+  dbuf b;
+  CUDA_OK(cudaMalloc((void **)&b.base, len + shift + 16));
+  b.p = b.base + shift;
+  if (len && h) CUDA_OK(cudaMemcpy(b.p, h, len, cudaMemcpyHostToDevice));
+  return b;
+}
+
+/* Encodes on the GPU; returns a malloc'd copy of the blob and its size. */
+static uint8_t *gpu_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n, size_t shift,
+                           uint64_t *size) {
+  const size_t w = lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
+  lct_cuda_codebook *dcb = NULL;
+  if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_cuda_codebook_create(cb, &dcb), 0);
+  dbuf in = dput(src, n * w, shift);
+  uint8_t *d_blob;
+  uint64_t *d_size;
+  CUDA_OK(cudaMalloc((void **)&d_blob, cap));
+  CUDA_OK(cudaMemset(d_blob, 0xA5, cap)); /* poison: every byte of the blob must be written */
+  CUDA_OK(cudaMalloc((void **)&d_size, sizeof *d_size));
+  CUDA_OK(cudaMemset(d_size, 0xff, sizeof *d_size));
+  lct_cuda_encode_item it = {dtype, dcb, in.p, n, d_blob, cap, d_size};
+  size_t ws_bytes = lct_cuda_encode_workspace_size(&it, 1);
+  void *ws;
+  CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  cr_assert_eq(lct_cuda_encode(dtype, dcb, in.p, n, d_blob, cap, d_size, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(size, d_size, sizeof *size, cudaMemcpyDeviceToHost));
+  cr_assert_leq(*size, cap, "%s n=%llu: blob size %llu beyond the bound %zu", lct_dtype_name(dtype),
+                (unsigned long long)n, (unsigned long long)*size, cap);
+  uint8_t *blob = malloc(cap);
+  CUDA_OK(cudaMemcpy(blob, d_blob, *size, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(d_size));
+  CUDA_OK(cudaFree(d_blob));
+  CUDA_OK(cudaFree(in.base));
+  lct_cuda_codebook_destroy(dcb);
+  return blob;
+}
+
+/* Decodes on the GPU into out (n elements); returns the status word. */
+static int gpu_decode(int dtype, uint64_t n, const void *blob, uint64_t len, void *out, size_t shift) {
+  const size_t w = lct_dtype_size(dtype);
+  dbuf b = dput(blob, len, 0), o = dput(NULL, n * w, shift);
+  CUDA_OK(cudaMemset(o.base, 0x5A, n * w + shift + 16)); /* poison: every element must be written */
+  int *d_status, status = 12345;
+  CUDA_OK(cudaMalloc((void **)&d_status, sizeof *d_status));
+  CUDA_OK(cudaMemset(d_status, 0x7f, sizeof *d_status));
+  size_t ws_bytes = lct_cuda_decode_workspace_size(1);
+  void *ws;
+  CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  cr_assert_eq(lct_cuda_decode(dtype, n, b.p, len, o.p, d_status, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(&status, d_status, sizeof status, cudaMemcpyDeviceToHost));
+  if (n) CUDA_OK(cudaMemcpy(out, o.p, n * w, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(d_status));
+  CUDA_OK(cudaFree(o.base));
+  CUDA_OK(cudaFree(b.base));
+  return status;
+}
+
+/* Where byte `at` of a blob lies, for failure messages. */
+static void describe(const uint8_t *blob, uint64_t len, int dtype, uint64_t at, char *buf, size_t cap) {
+  const uint64_t table = LCT_HEADER_BYTES + ((lct_codebook_bytes(dtype) + 7) & ~(size_t)7);
+  uint32_t n_chunks;
+  memcpy(&n_chunks, blob + 16, 4);
+  if (at < LCT_HEADER_BYTES) {
+    snprintf(buf, cap, "header byte %llu", (unsigned long long)at);
+    return;
+  }
+  if (at < table) {
+    snprintf(buf, cap, "codebook byte %llu", (unsigned long long)(at - LCT_HEADER_BYTES));
+    return;
+  }
+  if (at < table + 8ull * n_chunks) {
+    snprintf(buf, cap, "chunk table entry %llu", (unsigned long long)((at - table) / 8));
+    return;
+  }
+  for (uint32_t c = 0; c < n_chunks; c++) {
+    uint64_t off, end = len;
+    memcpy(&off, blob + table + 8 * c, 8);
+    if (c + 1 < n_chunks) memcpy(&end, blob + table + 8 * (c + 1), 8);
+    if (at >= off && at < end) {
+      snprintf(buf, cap, "chunk %u (mode %u, trim %u) byte %llu of %llu", c, blob[off], blob[off + 1],
+               (unsigned long long)(at - off), (unsigned long long)(end - off));
+      return;
+    }
+  }
+  snprintf(buf, cap, "beyond the chunks");
+}
+
+/* The GPU blob equals lct_encode's byte for byte, and both codecs decode it. */
+static void check_same(int dtype, const lct_codebook *cb, const void *src, uint64_t n, size_t shift, const char *what) {
+  const size_t w = lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
+  uint8_t *cpu = malloc(cap);
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(dtype, cb, src, n, cpu, cap, &st), 0);
+  uint64_t gsize;
+  uint8_t *gpu = gpu_encode(dtype, cb, src, n, shift, &gsize);
+  uint64_t first = 0;
+  while (first < gsize && first < st.blob_bytes && gpu[first] == cpu[first]) first++;
+  if (gsize != st.blob_bytes || first < gsize) {
+    char where[160];
+    describe(cpu, st.blob_bytes, dtype, first, where, sizeof where);
+    cr_assert_fail("%s %s n=%llu shift=%zu: GPU blob %llu bytes, CPU %llu; first difference at %llu (%s): gpu %02x cpu %02x",
+                   what, lct_dtype_name(dtype), (unsigned long long)n, shift, (unsigned long long)gsize,
+                   (unsigned long long)st.blob_bytes, (unsigned long long)first, where,
+                   first < gsize ? gpu[first] : 0, first < st.blob_bytes ? cpu[first] : 0);
+  }
+  uint8_t *out = malloc(n * w + 1);
+  int status = gpu_decode(dtype, n, gpu, gsize, out, shift);
+  cr_assert_eq(status, 0, "%s %s n=%llu: GPU decode status %d (%s)", what, lct_dtype_name(dtype),
+               (unsigned long long)n, status, lct_strerror(status));
+  cr_assert(n == 0 || memcmp(out, src, n * w) == 0, "%s %s n=%llu: GPU round trip differs", what,
+            lct_dtype_name(dtype), (unsigned long long)n);
+  free(out);
+  free(gpu);
+  free(cpu);
+}
+
+static void codebook_for(int dtype, const void *src, uint64_t n, lct_codebook *cb) {
+  if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_codebook_from_data(dtype, src, n, cb), 0);
+}
+
+Test(cuda_codec, every_dtype_kind_and_size) {
+  REQUIRE_GPU();
+  const uint64_t max_n = LCT_CHUNK_ELEMS + 1;
+  uint8_t *src = malloc(max_n * 4);
+  for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
+    for (int kind = 0; kind < KINDS; kind++) {
+      for (size_t k = 0; k < sizeof kSizes / sizeof kSizes[0]; k++) {
+        const uint64_t n = kSizes[k];
+        gen(dtype, kind, k + 1, src, n);
+        lct_codebook cb;
+        codebook_for(dtype, src, n, &cb);
+        char what[32];
+        snprintf(what, sizeof what, "kind %d", kind);
+        check_same(dtype, &cb, src, n, 0, what);
+      }
+    }
+  }
+  free(src);
+}
+
+Test(cuda_codec, several_mib_every_dtype) {
+  REQUIRE_GPU();
+  for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
+    const size_t w = lct_dtype_size(dtype);
+    const uint64_t n = (3u << 20) / w + 4097; /* a few MiB, a partial last chunk */
+    uint8_t *src = malloc(n * w);
+    for (int kind = 0; kind < 4; kind++) {
+      gen(dtype, kind, 7, src, n);
+      lct_codebook cb;
+      codebook_for(dtype, src, n, &cb);
+      check_same(dtype, &cb, src, n, 0, "MiB");
+    }
+    free(src);
+  }
+}
+
+Test(cuda_codec, unaligned_input_and_output) {
+  REQUIRE_GPU();
+  const uint64_t n = 2 * LCT_CHUNK_ELEMS + 777;
+  uint8_t *src = malloc(n * 4);
+  for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
+    const size_t w = lct_dtype_size(dtype);
+    gen(dtype, 1, 3, src, n);
+    lct_codebook cb;
+    codebook_for(dtype, src, n, &cb);
+    for (size_t shift = w; shift < 16; shift += w) check_same(dtype, &cb, src, n, shift, "shifted");
+  }
+  free(src);
+}
+
+/* A codebook built on other data: symbols it lacks escape, bytes still match. */
+Test(cuda_codec, stale_codebook) {
+  REQUIRE_GPU();
+  const uint64_t n = 3 * LCT_CHUNK_ELEMS + 5;
+  uint8_t *a = malloc(n * 4), *b = malloc(n * 4);
+  for (int dtype = 1; dtype < LCT_DTYPE_COUNT; dtype++) {
+    gen(dtype, 1, 11, a, n);
+    gen(dtype, 0, 12, b, n);
+    lct_codebook cb;
+    codebook_for(dtype, a, n, &cb);
+    check_same(dtype, &cb, b, n, 0, "stale");
+    /* One known symbol: every element escapes. */
+    uint64_t hist[LCT_MAX_SYMS] = {0};
+    hist[1] = 1;
+    cr_assert_eq(lct_codebook_build(dtype, hist, &cb), 0);
+    check_same(dtype, &cb, a, n, 0, "one-symbol");
+  }
+  free(a);
+  free(b);
+}
+
+Test(cuda_codec, shared_tensor_slices) {
+  REQUIRE_GPU();
+  DIR *dir = opendir(data_dir());
+  cr_assert(dir, "cannot open %s", data_dir());
+  int files = 0;
+  uint64_t *d_hist;
+  CUDA_OK(cudaMalloc((void **)&d_hist, sizeof(uint64_t) << 10));
+  for (struct dirent *de; (de = readdir(dir));) {
+    const int dtype = test_dtype_from_name(de->d_name);
+    if (dtype <= 0 || !strstr(de->d_name, ".bin")) continue;
+    size_t len;
+    uint8_t *data = read_data(de->d_name, &len);
+    const uint64_t n = len / lct_dtype_size(dtype);
+    lct_codebook cpu_cb, gpu_cb;
+    cr_assert_eq(lct_codebook_from_data(dtype, data, n, &cpu_cb), 0);
+    dbuf d = dput(data, len, 0);
+    cr_assert_eq(lct_cuda_codebook_from_device(dtype, d.p, n, d_hist, 0, &gpu_cb), 0);
+    cr_assert_arr_eq(gpu_cb.len, cpu_cb.len, sizeof cpu_cb.len, "%s: GPU-histogram codebook differs", de->d_name);
+    CUDA_OK(cudaFree(d.base));
+    check_same(dtype, &cpu_cb, data, n, 0, de->d_name);
+    free(data);
+    files++;
+  }
+  closedir(dir);
+  CUDA_OK(cudaFree(d_hist));
+  cr_assert_geq(files, 1, "no *.DTYPE.bin slices in %s", data_dir());
+}
+
+/* tests/data/golden: the blob each NAME.DTYPE.in encodes to with the codebook it carries. */
+Test(cuda_codec, golden_blobs) {
+  REQUIRE_GPU();
+  char dirname[1024];
+  snprintf(dirname, sizeof dirname, "%s/golden", data_dir());
+  DIR *dir = opendir(dirname);
+  cr_assert(dir, "cannot open %s", dirname);
+  int checked = 0;
+  for (struct dirent *de; (de = readdir(dir));) {
+    size_t nl = strlen(de->d_name);
+    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
+    const int dtype = test_dtype_from_name(de->d_name);
+    cr_assert_geq(dtype, 0);
+    char path[300];
+    size_t in_len, blob_len;
+    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
+    uint8_t *in = read_data(path, &in_len);
+    snprintf(path, sizeof path, "golden/%s", de->d_name);
+    uint8_t *blob = read_data(path, &blob_len);
+    lct_codebook cb;
+    if (dtype != LCT_DTYPE_RAW)
+      cr_assert_eq(lct_codebook_parse(dtype, blob + LCT_HEADER_BYTES, lct_codebook_bytes(dtype), &cb), 0);
+    const uint64_t n = in_len / lct_dtype_size(dtype);
+    uint64_t gsize;
+    uint8_t *gpu = gpu_encode(dtype, &cb, in, n, 0, &gsize);
+    cr_assert_eq(gsize, blob_len, "%s: GPU blob %llu bytes, golden %zu", de->d_name, (unsigned long long)gsize,
+                 blob_len);
+    cr_assert_arr_eq(gpu, blob, blob_len, "%s: GPU blob differs from the golden one", de->d_name);
+    uint8_t *out = malloc(in_len + 1);
+    cr_assert_eq(gpu_decode(dtype, n, blob, blob_len, out, 0), 0, "%s: GPU decode", de->d_name);
+    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: GPU decode differs", de->d_name);
+    free(out);
+    free(gpu);
+    free(blob);
+    free(in);
+    checked++;
+  }
+  closedir(dir);
+  cr_assert_geq(checked, 1);
+}
+
+Test(cuda_codec, histogram_matches_cpu) {
+  REQUIRE_GPU();
+  const uint64_t n = 5 * LCT_CHUNK_ELEMS + 3;
+  uint8_t *src = malloc(n * 4);
+  uint64_t *d_hist, cpu[1024], gpu[1024];
+  CUDA_OK(cudaMalloc((void **)&d_hist, sizeof cpu));
+  for (int dtype = 1; dtype < LCT_DTYPE_COUNT; dtype++) {
+    const size_t w = lct_dtype_size(dtype), bins = (size_t)1 << lct_dtype_symbol_bits(dtype);
+    for (int kind = 0; kind < KINDS; kind++) {
+      for (size_t shift = 0; shift < 16; shift += 16 - w) {
+        gen(dtype, kind, 5, src, n);
+        memset(cpu, 0, sizeof cpu);
+        cr_assert_eq(lct_histogram(dtype, src, n, cpu), 0);
+        dbuf d = dput(src, n * w, shift);
+        CUDA_OK(cudaMemset(d_hist, 0, sizeof cpu));
+        cr_assert_eq(lct_cuda_histogram(dtype, d.p, n, d_hist, 0), 0);
+        CUDA_OK(cudaMemcpy(gpu, d_hist, bins * 8, cudaMemcpyDeviceToHost));
+        cr_assert_arr_eq(gpu, cpu, bins * 8, "%s kind %d shift %zu: histogram differs", lct_dtype_name(dtype), kind,
+                         shift);
+        CUDA_OK(cudaFree(d.base));
+      }
+    }
+  }
+  cr_assert_eq(lct_cuda_histogram(LCT_DTYPE_RAW, src, 1, d_hist, 0), LCT_EINVAL);
+  CUDA_OK(cudaFree(d_hist));
+  free(src);
+}
+
+/* Hundreds of tensors of mixed dtypes and sizes in one call: each blob equals
+ * the CPU's (so the single call's), and a batched decode restores them all. */
+Test(cuda_codec, batch_equals_single) {
+  REQUIRE_GPU();
+  enum { COUNT = 300 };
+  static lct_cuda_encode_item enc[COUNT];
+  static lct_cuda_decode_item dec[COUNT];
+  static lct_cuda_codebook *cbs[COUNT];
+  static uint8_t *host[COUNT];
+  static lct_codebook cb[COUNT];
+  test_rng rng = {31337};
+  size_t total_in = 0, total_cap = 0;
+  for (int i = 0; i < COUNT; i++) {
+    const int dtype = (int)(test_rand(&rng) % LCT_DTYPE_COUNT);
+    const uint64_t sizes[] = {0, 1, 513, LCT_CHUNK_ELEMS, 3 * LCT_CHUNK_ELEMS + 17, test_rand(&rng) % 70000};
+    const uint64_t n = sizes[test_rand(&rng) % 6];
+    const size_t w = lct_dtype_size(dtype);
+    host[i] = malloc(n * w + 1);
+    gen(dtype, i % KINDS, (uint64_t)i, host[i], n);
+    codebook_for(dtype, host[i], n, &cb[i]);
+    cbs[i] = NULL;
+    if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_cuda_codebook_create(&cb[i], &cbs[i]), 0);
+    enc[i] = (lct_cuda_encode_item){dtype, cbs[i], NULL, n, NULL, lct_encode_bound(dtype, n), NULL};
+    total_in += (n * w + 255) & ~(size_t)255;
+    total_cap += (enc[i].cap + 255) & ~(size_t)255;
+  }
+  uint8_t *d_in, *d_blobs, *d_out;
+  uint64_t *d_sizes, sizes[COUNT];
+  int *d_status, status[COUNT];
+  CUDA_OK(cudaMalloc((void **)&d_in, total_in + 256));
+  CUDA_OK(cudaMalloc((void **)&d_out, total_in + 256));
+  CUDA_OK(cudaMalloc((void **)&d_blobs, total_cap + 256));
+  CUDA_OK(cudaMalloc((void **)&d_sizes, sizeof sizes));
+  CUDA_OK(cudaMalloc((void **)&d_status, sizeof status));
+  size_t in_at = 0, blob_at = 0;
+  for (int i = 0; i < COUNT; i++) {
+    const size_t bytes = enc[i].n_elems * lct_dtype_size(enc[i].dtype);
+    enc[i].src = d_in + in_at;
+    if (bytes) CUDA_OK(cudaMemcpy(d_in + in_at, host[i], bytes, cudaMemcpyHostToDevice));
+    enc[i].dst = d_blobs + blob_at;
+    enc[i].blob_bytes = d_sizes + i;
+    dec[i] = (lct_cuda_decode_item){enc[i].dtype, enc[i].n_elems, enc[i].dst, 0, d_out + in_at, d_status + i};
+    in_at += (bytes + 255) & ~(size_t)255;
+    blob_at += (enc[i].cap + 255) & ~(size_t)255;
+  }
+  size_t ws_bytes = lct_cuda_encode_workspace_size(enc, COUNT);
+  if (lct_cuda_decode_workspace_size(COUNT) > ws_bytes) ws_bytes = lct_cuda_decode_workspace_size(COUNT);
+  void *ws;
+  CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  cr_assert_eq(lct_cuda_encode_batch(enc, COUNT, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaMemcpy(sizes, d_sizes, sizeof sizes, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < COUNT; i++) {
+    const int dtype = enc[i].dtype;
+    uint8_t *cpu = malloc(enc[i].cap), *gpu = malloc(enc[i].cap);
+    lct_encode_stats st;
+    cr_assert_eq(lct_encode(dtype, &cb[i], host[i], enc[i].n_elems, cpu, enc[i].cap, &st), 0);
+    cr_assert_eq(sizes[i], st.blob_bytes, "tensor %d (%s, n=%llu): batched blob size %llu, CPU %llu", i,
+                 lct_dtype_name(dtype), (unsigned long long)enc[i].n_elems, (unsigned long long)sizes[i],
+                 (unsigned long long)st.blob_bytes);
+    CUDA_OK(cudaMemcpy(gpu, enc[i].dst, sizes[i], cudaMemcpyDeviceToHost));
+    cr_assert_arr_eq(gpu, cpu, sizes[i], "tensor %d (%s, n=%llu): batched blob differs", i, lct_dtype_name(dtype),
+                     (unsigned long long)enc[i].n_elems);
+    dec[i].blob_bytes = sizes[i];
+    free(cpu);
+    free(gpu);
+  }
+  CUDA_OK(cudaMemset(d_status, 0x7f, sizeof status));
+  cr_assert_eq(lct_cuda_decode_batch(dec, COUNT, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaMemcpy(status, d_status, sizeof status, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < COUNT; i++) {
+    const size_t bytes = enc[i].n_elems * lct_dtype_size(enc[i].dtype);
+    cr_assert_eq(status[i], 0, "tensor %d: batched decode status %d", i, status[i]);
+    uint8_t *back = malloc(bytes + 1);
+    CUDA_OK(cudaMemcpy(back, dec[i].dst, bytes, cudaMemcpyDeviceToHost));
+    cr_assert(bytes == 0 || memcmp(back, host[i], bytes) == 0, "tensor %d: batched round trip differs", i);
+    free(back);
+    free(host[i]);
+    lct_cuda_codebook_destroy(cbs[i]);
+  }
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(d_status));
+  CUDA_OK(cudaFree(d_sizes));
+  CUDA_OK(cudaFree(d_blobs));
+  CUDA_OK(cudaFree(d_out));
+  CUDA_OK(cudaFree(d_in));
+}
+
+Test(cuda_codec, argument_errors) {
+  REQUIRE_GPU();
+  uint32_t v[4] = {1, 2, 3, 4};
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_F32, v, 4, &cb), 0);
+  lct_cuda_codebook *dcb;
+  cr_assert_eq(lct_cuda_codebook_create(&cb, &dcb), 0);
+  cr_assert_eq(lct_cuda_codebook_dtype(dcb), LCT_DTYPE_F32);
+  uint8_t *d;
+  CUDA_OK(cudaMalloc((void **)&d, 4096));
+  uint64_t *sz = (uint64_t *)(d + 2048);
+  const size_t bound = lct_encode_bound(LCT_DTYPE_F32, 4);
+  cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound - 1, sz, d + 3072, 1024, 0), LCT_EBUFSIZE);
+  cr_assert_eq(lct_cuda_encode(LCT_DTYPE_BF16, dcb, d, 4, d + 1024, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_encode(99, dcb, d, 4, d + 1024, bound, sz, d + 3072, 1024, 0), LCT_EDTYPE);
+  cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d + 2, 4, d + 1024, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1028, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound, sz, d + 3072, 8, 0), LCT_EBUFSIZE);
+  cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1028, 100, d, (int *)sz, d + 3072, 16, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1024, 100, d, (int *)sz, d + 3072, 16, 0), LCT_EBUFSIZE);
+  cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1024, 100, d + 1, (int *)sz, d, 1 << 20, 0), LCT_EINVAL);
+  CUDA_OK(cudaFree(d));
+  lct_cuda_codebook_destroy(dcb);
+  uint64_t hist[LCT_MAX_SYMS] = {0};
+  lct_codebook bad;
+  cr_assert_eq(lct_codebook_build(LCT_DTYPE_F32, hist, &bad), 0);
+  bad.len[0] = 13;
+  cr_assert_eq(lct_cuda_codebook_create(&bad, &dcb), LCT_EINVAL);
+}
+
+/* Decodes `count` corrupt variants of one blob in one batched call, each from
+ * an exactly sized allocation (so a sanitizer sees any overread); every one
+ * must get an error status, the CPU decoder agreeing that it is corrupt. With
+ * one corruption the error is the CPU's; with several in different chunks
+ * either decoder may name another chunk's first. */
+static void expect_rejected(int dtype, uint64_t n, uint8_t *const *blobs, const size_t *lens, int count,
+                            int same_code, const char *what) {
+  const size_t w = lct_dtype_size(dtype);
+  lct_cuda_decode_item *items = calloc((size_t)count, sizeof *items);
+  uint8_t **d_blobs = calloc((size_t)count, sizeof *d_blobs);
+  uint8_t *d_out, *cpu_out = malloc(n * w + 1);
+  int *d_status, *status = malloc((size_t)count * sizeof *status);
+  CUDA_OK(cudaMalloc((void **)&d_out, n * w * (size_t)count + 16));
+  CUDA_OK(cudaMalloc((void **)&d_status, (size_t)count * sizeof *status));
+  CUDA_OK(cudaMemset(d_status, 0x7f, (size_t)count * sizeof *status));
+  for (int i = 0; i < count; i++) {
+    CUDA_OK(cudaMalloc((void **)&d_blobs[i], lens[i] ? lens[i] : 1));
+    if (lens[i]) CUDA_OK(cudaMemcpy(d_blobs[i], blobs[i], lens[i], cudaMemcpyHostToDevice));
+    items[i] = (lct_cuda_decode_item){dtype, n, d_blobs[i], lens[i], d_out + n * w * (size_t)i, d_status + i};
+  }
+  size_t ws_bytes = lct_cuda_decode_workspace_size((size_t)count);
+  void *ws;
+  CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  cr_assert_eq(lct_cuda_decode_batch(items, (size_t)count, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaMemcpy(status, d_status, (size_t)count * sizeof *status, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < count; i++) {
+    int cpu = lct_decode(blobs[i], lens[i], cpu_out, n * w);
+    cr_assert(status[i] == LCT_ECORRUPT || status[i] == LCT_ECHECKSUM || status[i] == LCT_EVERSION,
+              "%s #%d (%zu bytes): GPU status %d, CPU %d", what, i, lens[i], status[i], cpu);
+    cr_assert_lt(cpu, 0, "%s #%d: the CPU decoder accepts it", what, i);
+    if (same_code) cr_assert_eq(status[i], cpu, "%s #%d: GPU says %s, CPU %s", what, i, lct_strerror(status[i]),
+                                lct_strerror(cpu));
+  }
+  for (int i = 0; i < count; i++) CUDA_OK(cudaFree(d_blobs[i]));
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(d_status));
+  CUDA_OK(cudaFree(d_out));
+  free(status);
+  free(cpu_out);
+  free(d_blobs);
+  free(items);
+}
+
+/* A real bf16 slice of two chunks plus a random raw third chunk, CPU-encoded. */
+static uint8_t *corrupt_base(uint64_t *n, size_t *len) {
+  size_t raw_len;
+  uint8_t *real = read_data("A_s100_act.bf16.bin", &raw_len);
+  *n = 2 * LCT_CHUNK_ELEMS + 600;
+  cr_assert_geq(raw_len, *n * 2);
+  test_rng rng = {77};
+  for (uint64_t i = 2 * LCT_CHUNK_ELEMS; i < *n; i++) ((uint16_t *)real)[i] = (uint16_t)test_rand(&rng);
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, real, LCT_CHUNK_ELEMS, &cb), 0);
+  const size_t cap = lct_encode_bound(LCT_DTYPE_BF16, *n);
+  uint8_t *blob = malloc(cap);
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &cb, real, *n, blob, cap, &st), 0);
+  cr_assert_eq(st.raw_chunks, 1);
+  *len = st.blob_bytes;
+  free(real);
+  return blob;
+}
+
+Test(cuda_codec, truncated_blobs_rejected) {
+  REQUIRE_GPU();
+  uint64_t n;
+  size_t len;
+  uint8_t *blob = corrupt_base(&n, &len);
+  enum { MAX = 2000 };
+  uint8_t *blobs[MAX];
+  size_t lens[MAX];
+  int count = 0;
+  for (size_t cut = 0; cut < len && count < MAX; cut += cut < 700 ? 1 : cut + 80 < len ? 97 : 1) {
+    blobs[count] = blob;
+    lens[count++] = cut;
+  }
+  expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 1, "truncation");
+  free(blob);
+}
+
+Test(cuda_codec, bit_flips_rejected) {
+  REQUIRE_GPU();
+  uint64_t n;
+  size_t len;
+  uint8_t *blob = corrupt_base(&n, &len);
+  enum { BATCH = 512 };
+  uint8_t *blobs[BATCH];
+  size_t lens[BATCH];
+  for (int i = 0; i < BATCH; i++) {
+    blobs[i] = malloc(len);
+    lens[i] = len;
+  }
+  /* Every bit of the header, codebook, chunk table and chunk headers; a
+   * stride through the payloads. */
+  int count = 0;
+  for (size_t bit = 0; bit < 8 * len; bit += bit < 8 * 1200 ? 1 : 61) {
+    memcpy(blobs[count], blob, len);
+    blobs[count][bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    if (++count == BATCH) {
+      expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 1, "bit flip");
+      count = 0;
+    }
+  }
+  if (count) expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 1, "bit flip");
+  for (int i = 0; i < BATCH; i++) free(blobs[i]);
+  free(blob);
+}
+
+/* Garbage bytes in the chunk area (the header left intact): an error or, only
+ * if nothing changed, the original; never a fault. */
+Test(cuda_codec, random_garbage_never_faults) {
+  REQUIRE_GPU();
+  uint64_t n;
+  size_t len;
+  uint8_t *blob = corrupt_base(&n, &len);
+  const size_t head = LCT_HEADER_BYTES + 520;
+  enum { COUNT = 400 };
+  static uint8_t *blobs[COUNT];
+  static size_t lens[COUNT];
+  test_rng rng = {4242};
+  int count = 0;
+  for (int i = 0; i < COUNT; i++) {
+    uint8_t *b = malloc(len);
+    memcpy(b, blob, len);
+    int hits = 1 + (int)(test_rand(&rng) % 24);
+    for (int h = 0; h < hits; h++) b[head + test_rand(&rng) % (len - head)] = (uint8_t)test_rand(&rng);
+    if (memcmp(b, blob, len) == 0) {
+      free(b);
+      continue;
+    }
+    blobs[count] = b;
+    lens[count++] = len;
+  }
+  expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 0, "garbage");
+  for (int i = 0; i < count; i++) free(blobs[i]);
+  free(blob);
+}
+
+/* Expectations the caller supplies are checked against the header. */
+Test(cuda_codec, wrong_expectations_rejected) {
+  REQUIRE_GPU();
+  uint64_t n;
+  size_t len;
+  uint8_t *blob = corrupt_base(&n, &len);
+  uint8_t *out = malloc(n * 4);
+  cr_assert_eq(gpu_decode(LCT_DTYPE_BF16, n, blob, len, out, 0), 0);
+  cr_assert_eq(gpu_decode(LCT_DTYPE_BF16, n - 1, blob, len, out, 0), LCT_ECORRUPT);
+  cr_assert_eq(gpu_decode(LCT_DTYPE_F16, n, blob, len, out, 0), LCT_ECORRUPT);
+  cr_assert_eq(gpu_decode(LCT_DTYPE_BF16, n, blob, len - 4, out, 0), LCT_ECORRUPT);
+  free(out);
+  free(blob);
+}

@@ -33,7 +33,7 @@ static uint64_t roundtrip(int dtype, const void *src, uint64_t n) {
 }
 
 Test(codec, shared_tensors_roundtrip_and_compress) {
-  DIR *dir = opendir(LCT_TEST_DATA);
+  DIR *dir = opendir(test_data_dir());
   cr_assert(dir);
   int files = 0;
   for (struct dirent *de; (de = readdir(dir));) {
@@ -278,7 +278,9 @@ Test(codec, check_known_answer) {
  * NAME.DTYPE.lct its blob, coded with the codebook the blob carries. Encoding
  * the input with that codebook must give the blob byte for byte, and back. */
 Test(codec, golden_blobs) {
-  DIR *dir = opendir(LCT_TEST_DATA "/golden");
+  char golden[1100];
+  snprintf(golden, sizeof golden, "%s/golden", test_data_dir());
+  DIR *dir = opendir(golden);
   cr_assert(dir, "tests/data/golden is missing");
   int checked = 0;
   for (struct dirent *de; (de = readdir(dir));) {

@@ -22,27 +22,6 @@
 
 static const uint64_t kSizes[] = {0, 1, 511, 513, LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS, LCT_CHUNK_ELEMS + 1};
 
-/* The data directory: $LCT_TEST_DATA (a build run elsewhere), else the configured one. */
-static const char *data_dir(void) {
-  const char *d = getenv("LCT_TEST_DATA");
-  return d && *d ? d : LCT_TEST_DATA;
-}
-
-static uint8_t *read_data(const char *name, size_t *len) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", data_dir(), name);
-  FILE *f = fopen(path, "rb");
-  cr_assert(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *buf = malloc(n ? (size_t)n : 1);
-  cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
-
 /* Test tensors. kind 0: random bits; 1: trained-like (few exponents near the
  * top of the range, random mantissas); 2: special values (NaN payloads, Inf,
  * zeros, subnormals, extremes) among trained-like ones; 3: trained-like with the
@@ -290,8 +269,8 @@ Test(cuda_codec, stale_codebook) {
 
 Test(cuda_codec, shared_tensor_slices) {
   REQUIRE_GPU();
-  DIR *dir = opendir(data_dir());
-  cr_assert(dir, "cannot open %s", data_dir());
+  DIR *dir = opendir(test_data_dir());
+  cr_assert(dir, "cannot open %s", test_data_dir());
   int files = 0;
   uint64_t *d_hist;
   CUDA_OK(cudaMalloc((void **)&d_hist, sizeof(uint64_t) << 10));
@@ -299,7 +278,7 @@ Test(cuda_codec, shared_tensor_slices) {
     const int dtype = test_dtype_from_name(de->d_name);
     if (dtype <= 0 || !strstr(de->d_name, ".bin")) continue;
     size_t len;
-    uint8_t *data = read_data(de->d_name, &len);
+    uint8_t *data = test_read_data(de->d_name, &len);
     const uint64_t n = len / lct_dtype_size(dtype);
     lct_codebook cpu_cb, gpu_cb;
     cr_assert_eq(lct_codebook_from_data(dtype, data, n, &cpu_cb), 0);
@@ -313,14 +292,14 @@ Test(cuda_codec, shared_tensor_slices) {
   }
   closedir(dir);
   CUDA_OK(cudaFree(d_hist));
-  cr_assert_geq(files, 1, "no *.DTYPE.bin slices in %s", data_dir());
+  cr_assert_geq(files, 1, "no *.DTYPE.bin slices in %s", test_data_dir());
 }
 
 /* tests/data/golden: the blob each NAME.DTYPE.in encodes to with the codebook it carries. */
 Test(cuda_codec, golden_blobs) {
   REQUIRE_GPU();
   char dirname[1024];
-  snprintf(dirname, sizeof dirname, "%s/golden", data_dir());
+  snprintf(dirname, sizeof dirname, "%s/golden", test_data_dir());
   DIR *dir = opendir(dirname);
   cr_assert(dir, "cannot open %s", dirname);
   int checked = 0;
@@ -332,9 +311,9 @@ Test(cuda_codec, golden_blobs) {
     char path[300];
     size_t in_len, blob_len;
     snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
-    uint8_t *in = read_data(path, &in_len);
+    uint8_t *in = test_read_data(path, &in_len);
     snprintf(path, sizeof path, "golden/%s", de->d_name);
-    uint8_t *blob = read_data(path, &blob_len);
+    uint8_t *blob = test_read_data(path, &blob_len);
     lct_codebook cb;
     if (dtype != LCT_DTYPE_RAW)
       cr_assert_eq(lct_codebook_parse(dtype, blob + LCT_HEADER_BYTES, lct_codebook_bytes(dtype), &cb), 0);
@@ -548,7 +527,7 @@ static void expect_rejected(int dtype, uint64_t n, uint8_t *const *blobs, const 
 /* A real bf16 slice of two chunks plus a random raw third chunk, CPU-encoded. */
 static uint8_t *corrupt_base(uint64_t *n, size_t *len) {
   size_t raw_len;
-  uint8_t *real = read_data("A_s100_act.bf16.bin", &raw_len);
+  uint8_t *real = test_read_data("A_s100_act.bf16.bin", &raw_len);
   *n = 2 * LCT_CHUNK_ELEMS + 600;
   cr_assert_geq(raw_len, *n * 2);
   test_rng rng = {77};

@@ -22,10 +22,16 @@ static inline uint64_t test_rand(test_rng *r) {
   return z ^ (z >> 31);
 }
 
-/* Reads LCT_TEST_DATA/name whole; fails the test if it cannot. */
+/* The data directory: $LCT_TEST_DATA (a build run on another machine), else the configured one. */
+static inline const char *test_data_dir(void) {
+  const char *d = getenv("LCT_TEST_DATA");
+  return d && *d ? d : LCT_TEST_DATA;
+}
+
+/* Reads test_data_dir()/name whole; fails the test if it cannot. */
 static inline uint8_t *test_read_data(const char *name, size_t *len) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", LCT_TEST_DATA, name);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", test_data_dir(), name);
   FILE *f = fopen(path, "rb");
   cr_assert(f, "cannot open %s", path);
   fseek(f, 0, SEEK_END);

@@ -12,6 +12,11 @@ int bench_service(int argc, char **argv);
 int bench_gpu(int argc, char **argv);
 #endif
 
+/* Order-0 bound of the compression ratio of n elements: raw bits over the
+ * mantissa bits kept (those not zero in every element) plus the entropy of
+ * the sign+exponent field. entropy and kept_bits may be NULL. */
+double bench_order0_bound(int dtype, const uint8_t *data, uint64_t n, double *entropy, double *kept_bits);
+
 /* Monotonic seconds. */
 double bench_now(void);
 /* Reads a whole file or exits with a message. */

@@ -1,5 +1,4 @@
 /* bench_codec.c — CPU codec benchmark: ratio against the order-0 bound and zstd, encode/decode GB/s. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -14,35 +13,6 @@ typedef struct {
   double sign_exp_entropy, kept_mant_bits, bound, ratio, zstd3, zstd19;
   double enc_gbs, dec_gbs, build_gbs;
 } codec_row;
-
-/* Order-0 bound of the issue's definition: raw bits over (mantissa bits kept
- * after dropping bits zero in every element) + entropy of sign+exponent. */
-static void order0_bound(codec_row *r, const uint8_t *data, uint64_t n) {
-  size_t w = lct_dtype_size(r->dtype);
-  unsigned se_bits = lct_dtype_symbol_bits(r->dtype) - 1; /* the format adds one mantissa bit */
-  unsigned mant = 8 * (unsigned)w - se_bits;
-  uint64_t *hist = calloc((size_t)1 << se_bits, sizeof *hist);
-  uint32_t all = 0;
-  for (uint64_t i = 0; i < n; i++) {
-    uint32_t x = 0;
-    memcpy(&x, data + i * w, w);
-    hist[x >> mant]++;
-    all |= x;
-  }
-  double h = 0;
-  for (size_t s = 0; s < ((size_t)1 << se_bits); s++) {
-    if (hist[s]) {
-      double p = (double)hist[s] / (double)n;
-      h -= p * log2(p);
-    }
-  }
-  all &= (1u << mant) - 1;
-  unsigned trim = all ? (unsigned)__builtin_ctz(all) : mant;
-  r->sign_exp_entropy = h;
-  r->kept_mant_bits = mant - trim;
-  r->bound = 8.0 * (double)w / (r->kept_mant_bits + h);
-  free(hist);
-}
 
 /* Runs fn until at least min_s has passed (and 3 times); returns the best GB/s. */
 #define TIME_BEST(bytes, min_s, stmt)                                   \
@@ -74,7 +44,7 @@ static int run_file(const char *path, codec_row *r) {
   uint8_t *data = bench_read_file(path, &r->raw);
   size_t w = lct_dtype_size(r->dtype);
   uint64_t n = r->raw / w;
-  order0_bound(r, data, n);
+  r->bound = bench_order0_bound(r->dtype, data, n, &r->sign_exp_entropy, &r->kept_mant_bits);
 
   lct_codebook cb;
   size_t cap = lct_encode_bound(r->dtype, n);

@@ -227,32 +227,6 @@ static void tile(uint8_t *dst, size_t bytes, const pool *pl) {
   for (size_t at = 0; at < bytes; at += pl->len) memcpy(dst + at, pl->p, bytes - at < pl->len ? bytes - at : pl->len);
 }
 
-/* Order-0 bound of the ratio: raw bits over sign+exponent entropy plus the
- * mantissa bits not zero in every element. */
-static double order0_bound(int dtype, const uint8_t *data, uint64_t n) {
-  const size_t w = lct_dtype_size(dtype);
-  const unsigned se_bits = lct_dtype_symbol_bits(dtype) - 1, mant = 8 * (unsigned)w - se_bits;
-  uint64_t *hist = calloc((size_t)1 << se_bits, sizeof *hist);
-  uint32_t all = 0;
-  for (uint64_t i = 0; i < n; i++) {
-    uint32_t x = 0;
-    memcpy(&x, data + i * w, w);
-    hist[x >> mant]++;
-    all |= x;
-  }
-  double h = 0;
-  for (size_t s = 0; s < ((size_t)1 << se_bits); s++) {
-    if (hist[s]) {
-      double p = (double)hist[s] / (double)n;
-      h -= p * log2(p);
-    }
-  }
-  all &= (1u << mant) - 1;
-  const unsigned trim = all ? (unsigned)__builtin_ctz(all) : mant;
-  free(hist);
-  return 8.0 * (double)w / ((double)(mant - trim) + h);
-}
-
 /* Measures one tensor of `bytes` raw bytes. */
 static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t bytes, const char *data, int bound,
                     gpu_row *r) {
@@ -331,7 +305,7 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
     free(gpu);
     free(cpu);
   }
-  if (bound) r->bound = order0_bound(dtype, host, n);
+  if (bound) r->bound = bench_order0_bound(dtype, host, n, NULL, NULL);
 
   lct_cuda_codebook_destroy(dcb);
   GPU_TRY(cudaFree(a.ws));

@@ -1,10 +1,12 @@
 /* bench_util.c — timing, file and host-description helpers for lct-bench. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "lct_codec.h"
 
 double bench_now(void) {
   struct timespec ts;
@@ -61,4 +63,31 @@ void bench_cpu_name(char *buf, size_t cap) {
   }
   size_t used = strlen(buf);
   snprintf(buf + used, cap - used, ", %ld cores", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+double bench_order0_bound(int dtype, const uint8_t *data, uint64_t n, double *entropy, double *kept_bits) {
+  const size_t w = lct_dtype_size(dtype);
+  const unsigned se_bits = lct_dtype_symbol_bits(dtype) - 1; /* the format codes one mantissa bit more */
+  const unsigned mant = 8 * (unsigned)w - se_bits;
+  uint64_t *hist = calloc((size_t)1 << se_bits, sizeof *hist);
+  uint32_t all = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    uint32_t x = 0;
+    memcpy(&x, data + i * w, w);
+    hist[x >> mant]++;
+    all |= x;
+  }
+  double h = 0;
+  for (size_t s = 0; s < ((size_t)1 << se_bits); s++) {
+    if (hist[s]) {
+      double p = (double)hist[s] / (double)n;
+      h -= p * log2(p);
+    }
+  }
+  free(hist);
+  all &= (1u << mant) - 1;
+  const unsigned kept = mant - (all ? (unsigned)__builtin_ctz(all) : mant);
+  if (entropy) *entropy = h;
+  if (kept_bits) *kept_bits = kept;
+  return 8.0 * (double)w / ((double)kept + h);
 }

@@ -75,18 +75,6 @@ __device__ static inline uint32_t lct__warp_or(uint32_t v) {
   return v;
 }
 
-/* Predicated load through a generic address (shared or global memory): *p
- * when pred, else old. A predicated instruction, not a branch, so per-lane
- * refills keep a loop body one basic block; p is only dereferenced when pred
- * holds. */
-__device__ static inline uint32_t lct__ld_if(bool pred, const uint32_t *p, uint32_t old) {
-  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %2, 0;\n @q ld.u32 %0, [%1];\n}"
-               : "+r"(old)
-               : "l"(p), "r"((uint32_t)pred)
-               : "memory");
-  return old;
-}
-
 /* Asynchronous global-to-shared copy of 4 bytes (zero-filled when !valid:
  * nothing is read then); completion by group. */
 __device__ static inline void lct__cp_async4(void *smem, const void *gmem, bool valid) {

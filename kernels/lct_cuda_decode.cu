@@ -19,7 +19,8 @@ int check_item(const lct_cuda_decode_item *it) {
 }
 
 /* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
- * kernel (one block per blob), then the chunk kernel (a warp per chunk). */
+ * kernel (one block per blob), then the chunk kernel (a warp per chunk,
+ * LCT__DEC_WARPS chunks of one blob per block). */
 struct decode_launch {
   const lct_cuda_decode_item *items;
   size_t count;
@@ -34,7 +35,15 @@ struct decode_launch {
     lct__decode_header_kernel<DT><<<p.count, LCT__HDR_THREADS, 0, stream>>>(p);
     LCT__LAUNCH_CHECK();
     if (n_blocks) {
-      lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, 32, 0, stream>>>(p);
+      constexpr size_t smem = lct__dec_smem_bytes<DT>();
+      if (smem > 48 * 1024) { /* beyond the default limit; shared memory over L1 for residency */
+        LCT__CUDA_TRY(cudaFuncSetAttribute(lct__decode_chunk_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+        LCT__CUDA_TRY(cudaFuncSetAttribute(lct__decode_chunk_kernel<DT>,
+                                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+      }
+      lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, LCT__DEC_WARPS * 32, smem, stream>>>(p);
       LCT__LAUNCH_CHECK();
     }
     p.count = 0;
@@ -51,7 +60,7 @@ struct decode_launch {
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      const uint64_t blocks = lct_chunk_count(it->n_elems);
+      const uint64_t blocks = (lct_chunk_count(it->n_elems) + LCT__DEC_WARPS - 1) / LCT__DEC_WARPS;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
         int rc = flush<DT>(p, n_blocks);
         if (rc) return rc;

@@ -1,11 +1,11 @@
-/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (one warp per 32 lane streams). */
+/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (a warp per chunk). */
 #ifndef LCT_CUDA_DECODE_CUH
 #define LCT_CUDA_DECODE_CUH
 
 #include "lct_cuda_common.cuh"
 
 #define LCT__HDR_THREADS 256
-#define LCT__CODE_CAP 4096 /* code-section words staged in shared memory; longer sections are read in place */
+#define LCT__DEC_WARPS 8 /* chunks (warps) per block, sharing one decode table */
 #define LCT__TABLE_ENTRIES (1u << LCT_MAX_CODE_LEN)
 
 /* One blob of a decode launch. */
@@ -15,7 +15,7 @@ struct lct__dec_tensor {
   uint8_t *dst;
   uint64_t n_elems;
   int *status;
-  uint32_t begin;   /* its first chunk block in the launch */
+  uint32_t begin;   /* its first chunk block in the launch (LCT__DEC_WARPS chunks each) */
   uint32_t slot;    /* its index in the workspace arrays */
   uint32_t aligned; /* dst is 16-byte aligned */
 };
@@ -208,19 +208,67 @@ template <unsigned W> __device__ static inline void lct__store_elem(uint8_t *out
   }
 }
 
-/* A lane's code stream reader: the bit buffer holds stream bits [pos, 32 wi),
- * nb = 32 wi - pos >= 32 before each symbol; nw is word wi, loaded one refill
- * ahead. Branch-free: selects and predicated loads, so an unrolled group of
- * symbols is one basic block the compiler interleaves. */
+/* Per-dtype shape of the chunk decoder. Each warp keeps only small windows of
+ * its chunk in shared memory (a ring of code words per lane, two rounds of
+ * mantissa rows, 32 staged output bytes per lane), so that with the block's
+ * one decode table 16-24 warps stay resident per SM: the per-symbol work is a
+ * chain of dependent shared loads, and only many warps hide it. */
+template <int DT> struct lct__dec_cfg {
+  static constexpr unsigned W = lct__dt<DT>::W, S = lct__dt<DT>::S, M = lct__dt<DT>::M;
+  static constexpr unsigned G = 16 / W; /* elements per 16-byte store */
+  /* Mantissa bits are taken E elements (E * M <= 32 bits) per 32-bit window. */
+  static constexpr unsigned E = M == 0   ? G
+                                : 32 / M >= 16 ? 16
+                                : 32 / M >= 8  ? 8
+                                : 32 / M >= 4  ? 4
+                                : 32 / M >= 2  ? 2
+                                               : 1;
+  /* Code ring per lane, in 16-byte granules: 8 stay a round ahead of streams
+   * of up to ~12 bits per symbol. */
+  static constexpr unsigned RG = 8;
+  static constexpr unsigned RW = 4 * RG;
+  static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
+  static_assert(4 * RG >= G + 4, "a full ring must hold the words a store group may read");
+};
+
+/* Shared memory of one warp: output staging (lane t's two latest store
+ * groups), lane t's code ring, and round rows of mantissas (row t: lane t's
+ * k words of the round). */
+template <int DT> struct lct__dec_warp_smem {
+  uint4 stage[64];
+  uint32_t code[32][lct__dec_cfg<DT>::RW];
+  uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
+};
+
+template <int DT> struct lct__dec_smem {
+  uint16_t tab[LCT__TABLE_ENTRIES];
+  lct__dec_warp_smem<DT> warp[LCT__DEC_WARPS];
+};
+
+/* Dynamic shared memory of a chunk block (none for dtype raw: no codes). */
+template <int DT> constexpr size_t lct__dec_smem_bytes() { return lct__dt<DT>::S ? sizeof(lct__dec_smem<DT>) : 0; }
+
+/* Blocks per SM the register budget is set for: as many as shared memory
+ * admits (228 KiB, 1 KiB reserved per block), at most 4 (32 warps), 3 for
+ * fp8 (its 16-element store groups need more than 64 registers). */
+template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
+  constexpr unsigned cap = lct__dt<DT>::W == 1 ? 3 : 4, fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + 1024);
+  return fit < cap ? fit : cap;
+}
+
+/* A lane's code stream reader. Reader word v is cbase[v], cbase being the
+ * code section's start rounded down to 16 bytes; the ring holds words in
+ * 16-byte granules, granule g in slot g % RG. The bit buffer holds stream
+ * bits [32 wa - nb, 32 wa), nb >= 32 before each symbol, and nw is word wa,
+ * read from the ring one refill ahead. */
 struct lct__code_reader {
   uint64_t buf;
-  uint32_t nb, wi, nw, minent;
+  uint32_t nb, wa, nw, minent;
 };
 
 template <int DT>
-__device__ static inline uint32_t lct__next_symbol(lct__code_reader &r, const uint16_t *tab, const uint32_t *code,
-                                                   uint32_t hwords) {
-  constexpr unsigned S = lct__dt<DT>::S;
+__device__ static inline uint32_t lct__next_symbol(lct__code_reader &r, const uint16_t *tab, const uint32_t *ring) {
+  constexpr unsigned S = lct__dt<DT>::S, RW = lct__dec_cfg<DT>::RW;
   constexpr uint32_t ESC = 1u << S, SMASK = (1u << S) - 1;
   const uint32_t ent = tab[(uint32_t)r.buf & (LCT__TABLE_ENTRIES - 1)];
   r.minent = min(r.minent, ent); /* 0: an invalid code */
@@ -229,45 +277,102 @@ __device__ static inline uint32_t lct__next_symbol(lct__code_reader &r, const ui
   const uint32_t sym = esc ? (uint32_t)(r.buf >> l) & SMASK : coded, adv = esc ? l + S : l;
   r.buf >>= adv;
   r.nb -= adv;
+  /* Refill without a branch: lanes diverging here every symbol would run
+   * both paths one after the other. */
   const bool refill = r.nb < 32;
-  r.buf |= refill ? (uint64_t)r.nw << r.nb : 0ull;
+  r.buf |= (uint64_t)(refill ? r.nw : 0) << r.nb;
   r.nb += refill ? 32 : 0;
-  r.wi += refill;
-  r.nw = lct__ld_if(refill && r.wi < hwords, code + r.wi, refill ? 0 : r.nw);
+  r.wa += refill;
+  if (refill) r.nw = ring[r.wa & (RW - 1)];
   return sym;
 }
 
-/* Mantissa words of round r (elements [64 r, 64 r + 64) of every lane
- * stream: 2k words each, lane stream t's at word 16 k t + 2 k r) into rows. */
-template <unsigned ROW>
-__device__ static inline void lct__fetch_mant(uint32_t (*rows)[ROW], const uint32_t *mant, uint32_t mwords,
-                                             uint32_t k, uint32_t r, unsigned lane) {
-  for (uint32_t t = 0; t < 32; t++) {
-    for (uint32_t i = lane; i < 2 * k; i += 32) {
-      const uint32_t g = 16 * k * t + 2 * k * r + i;
-      lct__cp_async4(&rows[t][i], mant + (g < mwords ? g : 0), g < mwords);
+/* Copies code granule g into its ring slot: 16 bytes when the granule lies
+ * inside the code section's end (cend, in reader words), else its words
+ * before cend one by one; nothing past the chunk is read. */
+template <int DT>
+__device__ static inline void lct__fetch_granule(uint32_t *ring, const uint32_t *cbase, uint32_t g, uint32_t cend) {
+  uint32_t *dst = ring + 4 * (g & (lct__dec_cfg<DT>::RG - 1));
+  const uint32_t v = 4 * g;
+  if (v + 4 <= cend) {
+    lct__cp_async16(dst, cbase + v);
+  } else {
+#pragma unroll
+    for (unsigned i = 0; i < 4; i++) {
+      if (v + i < cend) lct__cp_async4(dst + i, cbase + v + i, true);
     }
   }
-  lct__cp_commit();
 }
 
-/* Shared memory of one chunk's warp. */
-template <int DT> struct lct__dec_smem {
-  static constexpr unsigned M = lct__dt<DT>::M, ROW = 2 * M + 2; /* 2k words and one to spare */
-  uint16_t tab[LCT__TABLE_ENTRIES];
-  uint32_t code[LCT__CODE_CAP];
-  uint32_t mant[2][32][ROW];
-};
+/* Fetches granules from gfill on into the slots the reader is done with (the
+ * granules before the one holding word wa); returns the new gfill. */
+template <int DT>
+__device__ static inline uint32_t lct__code_topup(uint32_t *ring, const uint32_t *cbase, uint32_t cend, uint32_t gfill,
+                                                  uint32_t wa) {
+#pragma unroll 1
+  for (; gfill < (wa >> 2) + lct__dec_cfg<DT>::RG; gfill++) lct__fetch_granule<DT>(ring, cbase, gfill, cend);
+  return gfill;
+}
+
+/* Mantissas of round rd: row t gets words [16 k t + k rd, 16 k t + k rd + k)
+ * (lane t's elements [32 rd, 32 rd + 32)); this lane copies word col of rows
+ * q, q + rpi, ... (q = 32 when it has none). Coalesced per row. */
+template <int DT>
+__device__ static inline void lct__fetch_mant(uint32_t (*rows)[lct__dec_cfg<DT>::MROW], const uint32_t *mant,
+                                             uint32_t mwords, uint32_t k, uint32_t rd, uint32_t q, uint32_t col,
+                                             uint32_t rpi) {
+  for (uint32_t t = q; t < 32; t += rpi) {
+    const uint32_t g = 16 * k * t + k * rd + col;
+    lct__cp_async4(&rows[t][col], mant + (g < mwords ? g : 0), g < mwords);
+  }
+}
+
+/* Slot of half h (a store group) of lane t's staged 32 bytes, swizzled so that
+ * both a lane-per-row write and a two-threads-per-row read hit 8 distinct
+ * 16-byte bank groups per quarter warp. */
+__device__ static inline uint32_t lct__stage_slot(uint32_t t, uint32_t h) { return 2 * t + (h ^ ((t >> 2) & 1)); }
+
+/* Writes the staged store groups j / G and j / G + 1 of round rd of every
+ * lane that has them in full: two threads per lane, so each store instruction
+ * writes whole 32-byte sectors (16-byte stores of 32 lanes 1 KiB apart leave
+ * every sector half-written, which the memory system turns into
+ * read-modify-writes). */
+template <int DT>
+__device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out, uint32_t n, uint32_t rd, uint32_t j,
+                                               unsigned lane) {
+  constexpr unsigned W = lct__dt<DT>::W, G = lct__dec_cfg<DT>::G;
+#pragma unroll
+  for (unsigned u = 0; u < 2; u++) {
+    const uint32_t c = lane + 32 * u, t = c >> 1, h = c & 1, e = 32 * rd + j + h * G;
+    const uint32_t nt = n > t * LCT_LANE_ELEMS ? min(n - t * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
+    if (e + G <= nt)
+      *reinterpret_cast<uint4 *>(out + (size_t)(t * LCT_LANE_ELEMS + e) * W) = stage[lct__stage_slot(t, h)];
+  }
+}
+
+/* Slow path, when the ring may hold fewer landed words than G symbols can
+ * take (a lane far longer than its neighbours, many ESCs): top it up and
+ * wait for it. */
+template <int DT>
+__device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32_t *ring, const uint32_t *cbase,
+                                               uint32_t cend, uint32_t &gfill, uint32_t &gdone) {
+  if (r.wa + lct__dec_cfg<DT>::G + 1 > 4 * gdone) {
+    gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
+    lct__cp_commit();
+    lct__cp_wait<0>();
+    gdone = gfill;
+  }
+}
 
 /* The warp of chunk c: validates its place in the chunk table and its header,
  * then lane t rebuilds elements [512 t, 512 t + 512) and stores them. Returns
  * (warp-uniformly) 0, LCT_ECORRUPT or LCT_ECHECKSUM. */
 template <int DT>
-__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uint16_t *tab_g, lct__dec_smem<DT> &sm,
+__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uint16_t *tab, lct__dec_warp_smem<DT> &sm,
                                              uint32_t c, uint32_t n_chunks, unsigned lane) {
   using L = lct__layout_of<DT>;
-  constexpr unsigned W = lct__dt<DT>::W, S = lct__dt<DT>::S, M = lct__dt<DT>::M;
-  constexpr unsigned G = 16 / W; /* elements per 16-byte store */
+  using C = lct__dec_cfg<DT>;
+  constexpr unsigned W = C::W, S = C::S, M = C::M, G = C::G, E = C::E;
   const uint8_t *blob = T.blob;
   const uint64_t len = T.blob_bytes, first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
   const uint32_t n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
@@ -323,81 +428,109 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uin
       return LCT_ECORRUPT;
     const uint32_t *mant = ch + LCT_CODED_CHUNK_HEADER / 4, *code_g = mant + mwords;
 
-    /* Coalesced asynchronous copies: the decode table, the code section (when
-     * it fits) and the first round's mantissas. */
-    for (unsigned i = lane; i < LCT__TABLE_ENTRIES / 8; i += 32)
-      lct__cp_async16(reinterpret_cast<uint4 *>(sm.tab) + i, reinterpret_cast<const uint4 *>(tab_g) + i);
-    const bool staged = hwords <= LCT__CODE_CAP;
-    if (staged) {
-      for (uint32_t q = lane; q < hwords; q += 32) lct__cp_async4(&sm.code[q], code_g + q, true);
-    }
+    /* Lane t's code stream starts at reader bit bit0; the ring starts full. */
+    const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)code_g & ~(uintptr_t)15);
+    const uint32_t phase = (uint32_t)(code_g - cbase), cend = phase + hwords, bit0 = 32 * phase + start;
+    uint32_t *const ring = sm.code[lane];
+    uint32_t gfill = lct__code_topup<DT>(ring, cbase, cend, bit0 >> 7, bit0 >> 5);
+    /* Round rows: lane copies word col of rows q, q + rpi, ... */
+    const uint32_t rpi = k ? 32 / k : 1, q = k && lane < rpi * k ? lane / k : 32, col = k ? lane % k : 0;
+    lct__fetch_mant<DT>(sm.mant[0], mant, mwords, k, 0, q, col, rpi);
     lct__cp_commit();
-    lct__fetch_mant(sm.mant[0], mant, mwords, k, 0, lane);
     lct__cp_wait<0>();
     __syncwarp();
-    const uint32_t *code = staged ? sm.code : code_g;
+    uint32_t gdone = gfill; /* granules below gdone have landed */
 
     lct__code_reader r;
-    const uint32_t q = start >> 5;
-    r.buf = ((uint64_t)(q + 1 < hwords ? code[q + 1] : 0) << 32 | (q < hwords ? code[q] : 0)) >> (start & 31);
-    r.nb = 64 - (start & 31);
-    r.wi = q + 2;
-    r.nw = r.wi < hwords ? code[r.wi] : 0;
+    const uint32_t w0 = bit0 >> 5;
+    r.buf = ((uint64_t)ring[(w0 + 1) & (C::RW - 1)] << 32 | ring[w0 & (C::RW - 1)]) >> (bit0 & 31);
+    r.nb = 64 - (bit0 & 31);
+    r.wa = w0 + 2;
+    r.nw = ring[r.wa & (C::RW - 1)];
     r.minent = 0xffff;
 
-    const uint32_t kmask = (1u << k) - 1, e0 = lane * LCT_LANE_ELEMS;
-    const uint32_t rounds = (min(n, (uint32_t)LCT_LANE_ELEMS) + 63) / 64;
-    uint32_t chk = 0;
+    const uint32_t ek = E * k, kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+    const uint32_t rounds = (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32;
+    uint32_t chk = 0, mw = (mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
     for (uint32_t rd = 0; rd < rounds; rd++) {
-      if (rd + 1 < rounds) { /* the next round's mantissas while this one decodes */
-        lct__fetch_mant(sm.mant[(rd + 1) & 1], mant, mwords, k, rd + 1, lane);
-        lct__cp_wait<1>();
-      } else {
-        lct__cp_wait<0>();
-      }
-      __syncwarp();
+      /* In flight while this round decodes: the next round's rows and the
+       * granules that refill the ring. */
+      if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], mant, mwords, k, rd + 1, q, col, rpi);
+      gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
+      lct__cp_commit();
+
       const uint32_t *row = sm.mant[rd & 1][lane];
-      const uint32_t jn = nt > 64 * rd ? min(nt - 64 * rd, 64u) : 0;
-      uint32_t j = 0;
-      for (; j + G <= jn; j += G) { /* 16 bytes at a time */
-        uint32_t x[G], w[4];
+      const uint32_t jn = nt > 32 * rd ? min(nt - 32 * rd, 32u) : 0;
+      const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
+      uint64_t mb = 0; /* mantissa bit buffer: mnb bits, refilled from the row only when short */
+      uint32_t mnb = 0, mi = 0;
+      for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
+#pragma unroll 1
+        for (uint32_t h = 0; h < 2 && j + h * G + G <= jn; h++) {
+          lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone);
+          uint32_t x[G], w[4];
 #pragma unroll
-        for (unsigned g = 0; g < G; g++) {
-          const uint32_t b = (j + g) * k;
-          const uint32_t m = __funnelshift_r(row[b >> 5], row[(b >> 5) + 1], b) & kmask;
-          x[g] = lct__next_symbol<DT>(r, sm.tab, code, hwords) << M | m << trim;
-        }
+          for (unsigned i = 0; i < G; i += E) {
+            const bool mrf = mnb < ek; /* uniform, but unknown to the compiler: no branch */
+            mb |= (uint64_t)(mrf ? row[mi] : 0) << mnb;
+            mnb += mrf ? 32 : 0;
+            mi += mrf;
+            uint32_t mv = (uint32_t)mb << trim;
+            mb >>= ek;
+            mnb -= ek;
 #pragma unroll
-        for (unsigned i = 0; i < 4; i++) {
-          if (W == 4) {
-            w[i] = x[i];
-          } else if (W == 2) {
-            w[i] = x[2 * i] | x[2 * i + 1] << 16;
+            for (unsigned g = 0; g < E; g++) {
+              x[i + g] = lct__next_symbol<DT>(r, tab, ring) << M | (mv & kmask);
+              mv >>= k;
+            }
+          }
+#pragma unroll
+          for (unsigned i = 0; i < 4; i++) {
+            if (W == 4) {
+              w[i] = x[i];
+            } else if (W == 2) {
+              w[i] = x[2 * i] | x[2 * i + 1] << 16;
+            } else {
+              w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
+            }
+            chk += w[i] * mw;
+            mw += 2 * LCT__CHECK_MUL;
+          }
+          if (T.aligned) {
+            sm.stage[lct__stage_slot(lane, h)] = make_uint4(w[0], w[1], w[2], w[3]);
           } else {
-            w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
+            const uint32_t e = e0 + 32 * rd + j + h * G;
+#pragma unroll
+            for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
           }
         }
-        const uint32_t e = e0 + 64 * rd + j, word = e * W / 4;
-#pragma unroll
-        for (unsigned i = 0; i < 4; i++) chk += w[i] * ((mult0 + 2 * (word + i)) * LCT__CHECK_MUL);
         if (T.aligned) {
-          *reinterpret_cast<uint4 *>(out + (size_t)e * W) = make_uint4(w[0], w[1], w[2], w[3]);
-        } else {
-#pragma unroll
-          for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
+          __syncwarp();
+          lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
+          __syncwarp();
         }
       }
-      for (; j < jn; j++) { /* the tail of a partial lane */
-        const uint32_t b = j * k, e = e0 + 64 * rd + j;
-        const uint32_t m = __funnelshift_r(row[b >> 5], row[(b >> 5) + 1], b) & kmask;
-        const uint32_t x = lct__next_symbol<DT>(r, sm.tab, code, hwords) << M | m << trim;
-        chk += (x << (8 * ((e * W) & 3))) * ((mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
-        lct__store_elem<W>(out, e, x);
+      if (jn % G) { /* the tail of a partial lane */
+        lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone);
+        for (uint32_t j = jn - jn % G; j < jn; j++) {
+          if (mnb < k) {
+            mb |= (uint64_t)row[mi++] << mnb;
+            mnb += 32;
+          }
+          const uint32_t e = e0 + 32 * rd + j, m = ((uint32_t)mb << trim) & kmask;
+          mb >>= k;
+          mnb -= k;
+          const uint32_t x = lct__next_symbol<DT>(r, tab, ring) << M | m;
+          chk += (x << (8 * ((e * W) & 3))) * ((mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
+          lct__store_elem<W>(out, e, x);
+        }
       }
-      __syncwarp(); /* every lane is done with this buffer before it is refilled */
+      lct__cp_wait<0>();
+      __syncwarp(); /* the next rows have landed; every lane is done with this round's */
+      gdone = gfill;
     }
     /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
-    uint32_t bad = r.minent == 0 || 32 * r.wi - r.nb - start != lb;
+    uint32_t bad = r.minent == 0 || 32 * r.wa - r.nb - bit0 != lb;
     if (lane == 0) {
       const uint32_t used = n * k;
       if (used & 31) bad |= __ldg(mant + mwords - 1) >> (used & 31);
@@ -410,18 +543,26 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uin
   return LCT_ECORRUPT;
 }
 
-/* One warp (block) per chunk. */
+/* A warp per chunk, LCT__DEC_WARPS chunks of one blob per block. */
 template <int DT>
-__global__ void __launch_bounds__(32) lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params p) {
-  __shared__ __align__(16) lct__dec_smem<DT> sm;
-  const unsigned lane = threadIdx.x;
+__global__ void __launch_bounds__(LCT__DEC_WARPS * 32, lct__dec_blocks_per_sm<DT>())
+    lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params p) {
+  extern __shared__ __align__(16) uint8_t lct__dec_shared[];
+  auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = blockIdx.x - T.begin;
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_WARPS + warp;
   int *const wst = p.ws_status + T.slot;
-  const int err = *(volatile int *)wst == 0
-                      ? lct__decode_chunk_warp<DT>(T, p.tables + (size_t)T.slot * LCT__TABLE_ENTRIES, sm, c,
-                                                   n_chunks, lane)
-                      : 0;
+  if constexpr (lct__dt<DT>::S > 0) {
+    const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_ENTRIES);
+    for (unsigned i = threadIdx.x; i < LCT__TABLE_ENTRIES / 8; i += LCT__DEC_WARPS * 32)
+      reinterpret_cast<uint4 *>(sm.tab)[i] = __ldg(tab_g + i);
+    __syncthreads();
+  }
+  if (c >= n_chunks) return;
+  /* Skip the work once the blob is known corrupt (read once: the warp must agree). */
+  const int known = __shfl_sync(LCT__FULL, lane == 0 ? *(volatile int *)wst : 0, 0);
+  const int err = known == 0 ? lct__decode_chunk_warp<DT>(T, sm.tab, sm.warp[warp], c, n_chunks, lane) : 0;
   if (lane == 0) {
     if (err) atomicCAS(wst, 0, err);
     __threadfence();

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck, lct-bench gpu.
+# run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck,
+# lct-bench gpu, lctd's integration suite on the cuda backend, the Python binding with CUDA tensors.
 #
 #   tests/bench/run-gpu.sh [BUILD_DIR] [DATA_DIR]
 #
@@ -69,6 +70,17 @@ else
   echo "compute-sanitizer not found" >"$out/sanitizer.log"
 fi
 
+# 4. lctd's whole integration suite with the cuda backend.
+LCT_TEST_BACKEND=cuda timeout "${LCT_TEST_TIMEOUT:-240}" "$build/bin/test_client" --jobs=1 >"$out/client_cuda.log" 2>&1
+client_rc=$?
+client_synth=$(grep -ao 'Synthesis:.*' "$out/client_cuda.log" | tail -1)
+
+# 5. The Python binding and the offloaded AdamW with the machine's torch (CUDA tensors where it sees a GPU).
+LCT_LIBRARY=$PWD/$build/lib/liblct.so LCT_LCTD=$PWD/$build/bin/lctd LCT_CLI=$PWD/$build/bin/lct PYTHONUNBUFFERED=1 \
+  timeout "${LCT_TEST_TIMEOUT:-240}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
+py_rc=$?
+py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
+
 echo "=== GPU: ${gpu:-unknown}"
 cat "$out/bench.txt"
 echo
@@ -78,5 +90,7 @@ echo "=== summary"
 printf '%-18s %s\n' "ctest -L gpu" "rc=$ctest_rc ${ctest_line} ${synth}"
 printf '%-18s %s\n' "compute-sanitizer" "rc=$san_rc ${san_errors:+tests with errors: $san_errors} ${san_summary:-}"
 printf '%-18s %s\n' "lct-bench gpu" "rc=$bench_rc (data: $data)"
+printf '%-18s %s\n' "lctd on cuda" "rc=$client_rc ${client_synth}"
+printf '%-18s %s\n' "python + torch" "rc=$py_rc ${py_line}"
 printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
-[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) ]]
+[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) ]]

@@ -26,6 +26,9 @@ typedef struct lct_options {
   int connect_timeout_ms; /* for the ping lct_connect sends; 0: 5000 */
   size_t frame_bytes;     /* payload bytes per message; 0: 16 MiB. Lowered to the server's
                              limit; tensors larger than a frame travel in several */
+  const char *auth_token_file; /* NULL: $LCT_AUTH_TOKEN_FILE, else none. A file whose first line is
+                             the token a server with auth_token_file requires on tcp endpoints;
+                             unreadable or malformed: lct_connect fails with LCT_EACCES */
 } lct_options;
 
 /* What the server holds for a key. */
@@ -40,7 +43,9 @@ typedef struct lct_tensor_info {
 } lct_tensor_info;
 
 /* Connects and pings the server: LCT_ECONN if it does not answer within
- * connect_timeout_ms, LCT_EINVAL for a malformed endpoint. opts may be NULL. */
+ * connect_timeout_ms, LCT_EINVAL for a malformed endpoint, LCT_EACCES when
+ * the server requires a token that was not given or is wrong (or the token
+ * file cannot be read). opts may be NULL. */
 int lct_connect(const lct_options *opts, lct_client **out);
 void lct_close(lct_client *c);
 /* Detail of the last failure on c ("" if none); valid until the next call. */
@@ -94,6 +99,12 @@ typedef struct lct_server_stats {
 /* Server counters; text, if not NULL, receives all of them as Prometheus
  * text (malloc'd, NUL-terminated; free with free()). out may be NULL. */
 int lct_stats(lct_client *c, lct_server_stats *out, char **text);
+
+/* Asks the server to write its tensors to its persist_dir now (those changed
+ * since the last save; the files of deleted keys are removed). written, if not
+ * NULL, receives the number of tensor files written. LCT_ECONFIG when the
+ * server has no persist_dir, LCT_EIO when some could not be written. */
+int lct_save(lct_client *c, uint64_t *written);
 
 typedef struct lct_server_info {
   char server[64];     /* "lctd 0.1.0" */

@@ -26,6 +26,8 @@ struct lct_client {
   size_t frame;          /* payload bytes per message, <= the server's */
   uint8_t *hdr;          /* prefix + packed request header */
   size_t hdr_cap;
+  size_t token_len;      /* 0: no auth token */
+  uint8_t token[LCT_TOKEN_MAX];
   char err[512];
 };
 
@@ -61,6 +63,11 @@ static int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, siz
                      lct__reply *out) {
   memset(out, 0, sizeof *out);
   rq->payload_bytes = plen;
+  if (c->token_len > 0) {
+    rq->has_auth_token = 1;
+    rq->auth_token.data = c->token;
+    rq->auth_token.len = c->token_len;
+  }
   size_t hlen = lctpb__request__get_packed_size(rq);
   if (hlen > LCT_WIRE_HEADER_MAX)
     return lct__fail(c, LCT_E2BIG, "request header of %zu bytes", hlen);
@@ -142,6 +149,24 @@ static void lct__info_of(const Lctpb__TensorMeta *m, lct_tensor_info *info) {
   info->checksum = m->checksum;
 }
 
+/* Reads the first line of path (without its line end) as the auth token. */
+static int lct__token_load(const char *path, uint8_t *token, size_t *len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return LCT_EACCES;
+  char line[LCT_TOKEN_MAX + 3];
+  size_t n = 0;
+  if (fgets(line, sizeof line, f) != NULL)
+    n = strcspn(line, "\r\n");
+  int whole = n < sizeof line - 1 || line[n] == '\n';
+  fclose(f);
+  if (n == 0 || n > LCT_TOKEN_MAX || !whole)
+    return LCT_EACCES;
+  memcpy(token, line, n);
+  *len = n;
+  return 0;
+}
+
 int lct_connect(const lct_options *opts, lct_client **out) {
   lct_options o = {0};
   if (opts != NULL)
@@ -161,6 +186,11 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   if (c == NULL)
     return LCT_ENOMEM;
   c->frame = frame;
+  const char *token_file = o.auth_token_file != NULL ? o.auth_token_file : getenv("LCT_AUTH_TOKEN_FILE");
+  if (token_file != NULL && *token_file != '\0' && lct__token_load(token_file, c->token, &c->token_len) != 0) {
+    free(c);
+    return LCT_EACCES;
+  }
   int max_msg = lct_wire_msg_max(frame);
   int resend = INT_MAX; /* no silent resends: a put chunk is not idempotent */
   int one = 1, buf = LCT__SOCKET_BUFFER;
@@ -522,6 +552,19 @@ int lct_list(lct_client *c, const char *prefix, const char *cursor, size_t limit
     return rc;
   }
   *out = page;
+  return 0;
+}
+
+int lct_save(lct_client *c, uint64_t *written) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_SAVE;
+  lct__reply r;
+  int rc = lct__call(c, &rq, NULL, 0, &r);
+  if (rc != 0)
+    return rc;
+  if (written != NULL)
+    *written = r.hdr->has_saved_tensors ? r.hdr->saved_tensors : 0;
+  lct__reply_free(&r);
   return 0;
 }
 

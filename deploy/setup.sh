@@ -2,7 +2,8 @@
 # setup.sh — installs the Debian/Ubuntu packages LCT builds and tests with (skips what is present).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnanomsg-dev
-      libcriterion-dev libzstd-dev python3 python3-numpy redis-server)
+      libcriterion-dev libzstd-dev python3 python3-numpy redis-server
+      systemd prometheus) # systemd-analyze verifies the unit; promtool checks /metrics
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -34,6 +34,10 @@ typedef struct lct_cuda_codebook lct_cuda_codebook;
  * the current device. Allocates and synchronizes: call it once per codebook,
  * not per encode. */
 int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out);
+/* Replaces the contents of an existing device codebook with cb (any dtype),
+ * ordered on stream after the work already queued there: encodes queued
+ * before it use the old codebook, later ones the new. Allocates nothing. */
+int lct_cuda_codebook_set(lct_cuda_codebook *dcb, const lct_codebook *cb, cudaStream_t stream);
 /* Frees a device codebook; NULL is a no-op. No encode using it may be pending. */
 void lct_cuda_codebook_destroy(lct_cuda_codebook *cb);
 /* The dtype the codebook was built for. */

@@ -4,27 +4,18 @@
 
 #include "lct_cuda_common.cuh"
 
-int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out) {
-  if (!cb || !out) return LCT_EINVAL;
-  *out = NULL;
+/* The device form of cb in host memory: canonical codes as every decoder
+ * derives them from the serialized bytes (serialize, then parse back, which
+ * also validates lengths and Kraft). */
+static int lct__codebook_image(const lct_codebook *cb, lct__dev_codebook *h) {
   const unsigned s = lct_dtype_symbol_bits(cb->dtype);
   if (!s || cb->n_syms != (1u << s) + 1) return LCT_EINVAL;
-
-  /* Serialize, then parse back: validates lengths and Kraft, and yields the
-   * canonical codes that every decoder derives from the serialized bytes. */
   uint8_t bytes[4 * LCT__CB_WORDS] = {0};
   const size_t cb_bytes = lct_codebook_bytes(cb->dtype);
   lct_codebook canon;
   if (lct_codebook_serialize(cb, bytes, sizeof bytes) || lct_codebook_parse(cb->dtype, bytes, cb_bytes, &canon))
     return LCT_EINVAL;
-
-  lct__dev_codebook *h = (lct__dev_codebook *)calloc(1, sizeof *h);
-  lct_cuda_codebook *c = (lct_cuda_codebook *)calloc(1, sizeof *c);
-  if (!h || !c) {
-    free(h);
-    free(c);
-    return LCT_ENOMEM;
-  }
+  memset(h, 0, sizeof *h);
   const unsigned esc = canon.n_syms - 1, esc_len = canon.len[esc];
   for (unsigned sym = 0; sym < (1u << s); sym++) {
     if (canon.len[sym]) {
@@ -35,21 +26,37 @@ int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out) {
   }
   memcpy(h->cb_words, bytes, sizeof h->cb_words);
   h->cb_check = lct_check(bytes, cb_bytes, 6);
+  return 0;
+}
 
-  int rc = 0;
-  c->dtype = cb->dtype;
+int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out) {
+  if (!cb || !out) return LCT_EINVAL;
+  *out = NULL;
+  lct_cuda_codebook *c = (lct_cuda_codebook *)calloc(1, sizeof *c);
+  if (!c) return LCT_ENOMEM;
   if (cudaMalloc((void **)&c->dev, sizeof *c->dev) != cudaSuccess) {
     c->dev = NULL;
-    rc = LCT_ECUDA;
-  } else if (cudaMemcpy(c->dev, h, sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess) {
-    rc = LCT_ECUDA;
+    lct_cuda_codebook_destroy(c);
+    return LCT_ECUDA;
   }
-  free(h);
+  int rc = lct_cuda_codebook_set(c, cb, 0);
+  if (rc == 0 && cudaStreamSynchronize(0) != cudaSuccess) rc = LCT_ECUDA;
   if (rc) {
     lct_cuda_codebook_destroy(c);
     return rc;
   }
   *out = c;
+  return 0;
+}
+
+int lct_cuda_codebook_set(lct_cuda_codebook *dcb, const lct_codebook *cb, cudaStream_t stream) {
+  if (!dcb || !cb) return LCT_EINVAL;
+  lct__dev_codebook h;
+  int rc = lct__codebook_image(cb, &h);
+  if (rc) return rc;
+  /* From pageable memory the copy is staged before the call returns, so h may go. */
+  if (cudaMemcpyAsync(dcb->dev, &h, sizeof h, cudaMemcpyHostToDevice, stream) != cudaSuccess) return LCT_ECUDA;
+  dcb->dtype = cb->dtype;
   return 0;
 }
 

@@ -65,6 +65,8 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
   else if ((rq->has_prefix && rq->prefix.len > LCT_KEY_MAX) ||
            (rq->has_cursor && rq->cursor.len > LCT_KEY_MAX))
     rc = LCT_ENAMETOOLONG;
+  else if (rq->has_auth_token && rq->auth_token.len > LCT_TOKEN_MAX)
+    rc = LCT_EPROTO;
   else if (rq->meta != NULL)
     rc = lct__meta_check(rq->meta);
   if (rc != 0) {

@@ -17,6 +17,7 @@ extern "C" {
 #define LCT_KEY_MAX 1024              /* longest key, bytes */
 #define LCT_MAX_DIMS 8                /* most dimensions of a shape */
 #define LCT_LIST_MAX 512              /* most entries in one LIST reply */
+#define LCT_TOKEN_MAX 4096            /* longest auth token */
 #define LCT_FRAME_DEFAULT (16u << 20) /* default payload bytes per frame */
 #define LCT_FRAME_MIN (64u << 10)     /* smallest frame size either side accepts */
 #define LCT_FRAME_MAX (1u << 30)      /* largest: frame + header + prefix stays below INT_MAX */
@@ -44,7 +45,7 @@ void lct_wire_prefix(uint8_t *dst, size_t header_len);
 
 /* Unpacks and validates a request header against the frame: op present,
  * payload_bytes equal to the payload length, key/prefix/cursor lengths and
- * shape rank within bounds. On success *out must be freed with
+ * shape rank and auth token length within bounds. On success *out must be freed with
  * lctpb__request__free_unpacked(*out, NULL). Returns 0, LCT_EPROTO,
  * LCT_ENAMETOOLONG (key empty or over LCT_KEY_MAX) or LCT_EINVAL (NUL in key). */
 int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out);

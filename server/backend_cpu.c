@@ -1,5 +1,6 @@
 /* backend_cpu.c — the cpu backend: blobs in host memory, coded by the CPU reference codec. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -40,9 +41,19 @@ static int lct__cpu_decode(void *ctx, int dtype, uint64_t n, const void *blob, s
 
 static void lct__cpu_destroy(void *ctx) {}
 
+static int lct__cpu_read(void *ctx, const void *blob, size_t len, void *dst) {
+  memcpy(dst, blob, len);
+  return 0;
+}
+
+static int lct__cpu_write(void *ctx, const void *src, size_t len, void *blob) {
+  memcpy(blob, src, len);
+  return 0;
+}
+
 static const lct__backend_ops lct__cpu_ops = {
     "cpu", lct__cpu_alloc, lct__cpu_shrink, lct__cpu_release,
-    lct__cpu_encode, lct__cpu_decode, lct__cpu_destroy,
+    lct__cpu_encode, lct__cpu_decode, lct__cpu_destroy, lct__cpu_read, lct__cpu_write,
 };
 
 int lct__backend_cpu_open(uint64_t memory, lct__backend *out) {

@@ -147,13 +147,11 @@ static int lct__cuda_worker_get(lct__cuda *g, lct__cuda_worker **out) {
   return 0;
 }
 
-/* The device codebook for cb, reusing the worker's last one when it is the same. */
+/* Points the worker's device codebook at cb; an upload only when it changed. */
 static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
-  if (w->dcb != NULL && w->hcb.dtype == cb->dtype && memcmp(w->hcb.len, cb->len, sizeof cb->len) == 0)
+  if (w->hcb.dtype == cb->dtype && memcmp(w->hcb.len, cb->len, sizeof cb->len) == 0)
     return 0;
-  lct_cuda_codebook_destroy(w->dcb);
-  w->dcb = NULL;
-  int rc = lct_cuda_codebook_create(cb, &w->dcb);
+  int rc = lct_cuda_codebook_set(w->dcb, cb, w->stream);
   if (rc == 0)
     w->hcb = *cb;
   return rc;
@@ -248,9 +246,23 @@ static void lct__cuda_destroy(void *ctx) {
   free(g);
 }
 
+static int lct__cuda_read(void *ctx, const void *blob, size_t len, void *dst) {
+  lct__cuda *g = ctx;
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  LCT__CUDA_TRY(cudaMemcpy(dst, blob, len, cudaMemcpyDeviceToHost));
+  return 0;
+}
+
+static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
+  lct__cuda *g = ctx;
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  LCT__CUDA_TRY(cudaMemcpy(blob, src, len, cudaMemcpyHostToDevice));
+  return 0;
+}
+
 static const lct__backend_ops lct__cuda_ops = {
     "cuda", lct__cuda_alloc, lct__cuda_shrink, lct__cuda_release,
-    lct__cuda_encode, lct__cuda_decode, lct__cuda_destroy,
+    lct__cuda_encode, lct__cuda_decode, lct__cuda_destroy, lct__cuda_read, lct__cuda_write,
 };
 
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
@@ -264,7 +276,14 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   LCT__CUDA_TRY(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
   LCT__CUDA_TRY(cudaMalloc((void **)&w->hist, LCT__CUDA_SYMS * sizeof(uint64_t)));
   LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, (2 + LCT__CUDA_SYMS) * sizeof(uint64_t)));
-  return 0;
+  /* The device codebook is allocated here, once; requests only rewrite it. A
+   * placeholder fills it until the first encode (hcb's raw dtype never matches). */
+  uint64_t none[LCT_MAX_SYMS] = {0};
+  lct_codebook placeholder;
+  memset(&w->hcb, 0, sizeof w->hcb);
+  if (lct_codebook_build(LCT_DTYPE_BF16, none, &placeholder) != 0)
+    return LCT_EINVAL;
+  return lct_cuda_codebook_create(&placeholder, &w->dcb);
 }
 
 int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t segment_max,

@@ -9,18 +9,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <grp.h>
+#include <uv.h>
+
 #include "lct_error.h"
 #include "lct_wire.h"
+#include "log.h"
 
-typedef enum { LCT__CFG_SIZE, LCT__CFG_MS, LCT__CFG_INT, LCT__CFG_ENUM, LCT__CFG_LIST, LCT__CFG_STR } lct__cfg_type;
+typedef enum {
+  LCT__CFG_SIZE,
+  LCT__CFG_MS,
+  LCT__CFG_INT,
+  LCT__CFG_ENUM,
+  LCT__CFG_LIST,
+  LCT__CFG_STR,
+  LCT__CFG_ADDR, /* HOST:PORT with an IP address, or off */
+  LCT__CFG_MODE  /* octal permission bits */
+} lct__cfg_type;
 
 typedef struct lct__cfg_def {
-  const char *name;
+  const char *name;       /* file key; the flag is --NAME with '-' for '_' */
   lct__cfg_type type;
   size_t offset;          /* field in lct__config */
-  uint64_t min, max;      /* bounds for SIZE, MS and INT */
+  uint64_t min, max;      /* bounds for SIZE, MS, INT and MODE; longest STR */
   const char *deflt;      /* default, in the text form a user would write */
   const char *const *choices; /* ENUM names, index = value; NULL-terminated */
+  int reloadable;         /* SIGHUP applies a change without a restart */
+  const char *service;    /* value deploy/lctd.conf sets for the system service; NULL: the default */
   const char *help;
 } lct__cfg_def;
 
@@ -32,29 +47,44 @@ static const char *const lct__levels[] = {"error", "warn", "info", "debug", NULL
 
 static const lct__cfg_def lct__cfg_table[] = {
     {"listen", LCT__CFG_LIST, LCT__OFF(listen), 1, LCT__LISTEN_MAX,
-     "ipc:///tmp/lctd.sock tcp://127.0.0.1:7878", NULL,
-     "nanomsg endpoint to bind (repeat for several; the first use replaces the defaults)"},
-    {"backend", LCT__CFG_ENUM, LCT__OFF(backend), 0, 0, "auto", lct__backends,
+     "ipc:///tmp/lctd.sock tcp://127.0.0.1:7878", NULL, 0,
+     "ipc:///run/lct/lctd.sock tcp://127.0.0.1:7878",
+     "nanomsg endpoint to bind, tcp://HOST:PORT or ipc:///PATH (repeat for several; the first use replaces the defaults)"},
+    {"backend", LCT__CFG_ENUM, LCT__OFF(backend), 0, 0, "auto", lct__backends, 0, NULL,
      "where tensors live: auto (cuda when a GPU is usable, else cpu), cpu, cuda"},
-    {"memory", LCT__CFG_SIZE, LCT__OFF(memory), 0, UINT64_C(1) << 50, "0", NULL,
+    {"memory", LCT__CFG_SIZE, LCT__OFF(memory), 0, UINT64_C(1) << 50, "0", NULL, 0, NULL,
      "pool capacity (512M, 40G); 0: half the host memory (cpu) or 90% of free GPU memory (cuda)"},
-    {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, "CUDA device ordinal"},
-    {"frame-size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL,
-     "largest payload of one message; larger tensors travel in several"},
-    {"segment-size", LCT__CFG_SIZE, LCT__OFF(segment_size), 64 << 10, LCT_FRAME_MAX, "1M", NULL,
-     "largest raw bytes coded as one blob (multiple of 64K); segments encode and decode in parallel"},
-    {"staging-memory", LCT__CFG_SIZE, LCT__OFF(staging_memory), 0, UINT64_C(1) << 50, "4G", NULL,
-     "host bytes that chunked puts may hold before they commit"},
-    {"max-pending-puts", LCT__CFG_INT, LCT__OFF(max_pending_puts), 1, 1 << 20, "1024", NULL,
+    {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, 0, NULL, "CUDA device ordinal"},
+    {"frame_size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL, 0,
+     NULL, "largest payload of one message; larger tensors travel in several"},
+    {"segment_size", LCT__CFG_SIZE, LCT__OFF(segment_size), 64 << 10, LCT_FRAME_MAX, "1M", NULL, 0,
+     NULL, "largest raw bytes coded as one blob (multiple of 64K); segments encode and decode in parallel"},
+    {"staging_memory", LCT__CFG_SIZE, LCT__OFF(staging_memory), 0, UINT64_C(1) << 50, "4G", NULL, 1,
+     NULL, "host bytes that chunked puts may hold before they commit"},
+    {"max_pending_puts", LCT__CFG_INT, LCT__OFF(max_pending_puts), 1, 1 << 20, "1024", NULL, 1, NULL,
      "chunked puts begun and not yet committed or aborted"},
-    {"put-timeout", LCT__CFG_MS, LCT__OFF(put_timeout_ms), 10, UINT64_C(86400000), "30s", NULL,
-     "a begun put idle this long is dropped and its memory reclaimed"},
-    {"threads", LCT__CFG_INT, LCT__OFF(threads), 0, 1024, "0", NULL,
+    {"put_timeout", LCT__CFG_MS, LCT__OFF(put_timeout_ms), 10, UINT64_C(86400000), "30s", NULL, 0,
+     NULL, "a begun put idle this long is dropped and its memory reclaimed"},
+    {"max_key_length", LCT__CFG_INT, LCT__OFF(max_key_length), 1, LCT_KEY_MAX, "1024", NULL, 1, NULL,
+     "longest key (bytes) a put accepts; longer ones fail with LCT_ENAMETOOLONG"},
+    {"max_tensor_size", LCT__CFG_SIZE, LCT__OFF(max_tensor_size), 0, UINT64_C(1) << 50, "0", NULL, 1,
+     NULL, "largest raw tensor a put accepts (LCT_E2BIG beyond); 0: no limit"},
+    {"threads", LCT__CFG_INT, LCT__OFF(threads), 0, 1024, "0", NULL, 0, NULL,
      "codec worker threads; 0: one per CPU"},
-    {"log-level", LCT__CFG_ENUM, LCT__OFF(log_level), 0, 0, "info", lct__levels,
+    {"log_level", LCT__CFG_ENUM, LCT__OFF(log_level), 0, 0, "info", lct__levels, 1, NULL,
      "error, warn, info or debug"},
-    {"http", LCT__CFG_STR, LCT__OFF(http), 0, 255, "", NULL,
-     "HOST:PORT serving GET /metrics (Prometheus text), e.g. 127.0.0.1:9878; empty: off"},
+    {"metrics", LCT__CFG_ADDR, LCT__OFF(metrics), 0, 255, "off", NULL, 0, "127.0.0.1:9878",
+     "HOST:PORT serving /metrics (Prometheus text) and /healthz over HTTP, or off; keep HOST loopback"},
+    {"auth_token_file", LCT__CFG_STR, LCT__OFF(auth_token_file), 0, 4095, "", NULL, 1, NULL,
+     "file whose first line is the token every request on a tcp endpoint must carry; empty: no token"},
+    {"ipc_mode", LCT__CFG_MODE, LCT__OFF(ipc_mode), 0, 0777, "0660", NULL, 0, NULL,
+     "permission bits of ipc sockets (who may connect)"},
+    {"ipc_group", LCT__CFG_STR, LCT__OFF(ipc_group), 0, 255, "", NULL, 0, NULL,
+     "group owning ipc sockets; empty: the daemon's group"},
+    {"persist_dir", LCT__CFG_STR, LCT__OFF(persist_dir), 0, 4095, "", NULL, 0, "/var/lib/lct",
+     "directory where tensors are saved on shutdown and on the save op, and restored from at start; empty: none"},
+    {"drain_timeout", LCT__CFG_MS, LCT__OFF(drain_timeout_ms), 100, UINT64_C(3600000), "10s", NULL, 0,
+     NULL, "on SIGTERM or SIGINT, how long in-flight requests may take before lctd exits anyway"},
 };
 #define LCT__CFG_COUNT (sizeof lct__cfg_table / sizeof lct__cfg_table[0])
 
@@ -66,11 +96,87 @@ static int lct__cfg_err(char *err, size_t errlen, const char *fmt, ...) {
   return LCT_ECONFIG;
 }
 
+/* Flags spell '_' as '-'; the file may use either. */
+static int lct__cfg_name_eq(const char *a, const char *b) {
+  for (; *a != '\0' && *b != '\0'; a++, b++)
+    if (*a != *b && !((*a == '-' || *a == '_') && (*b == '-' || *b == '_')))
+      return 0;
+  return *a == *b;
+}
+
 static const lct__cfg_def *lct__cfg_find(const char *name) {
   for (size_t i = 0; i < LCT__CFG_COUNT; i++)
-    if (strcmp(lct__cfg_table[i].name, name) == 0)
+    if (lct__cfg_name_eq(lct__cfg_table[i].name, name))
       return &lct__cfg_table[i];
   return NULL;
+}
+
+/* What a setting accepts, for error messages and --help. */
+static void lct__cfg_allowed(const lct__cfg_def *d, char *buf, size_t len) {
+  switch (d->type) {
+  case LCT__CFG_SIZE:
+    snprintf(buf, len, "a size from %" PRIu64 " to %" PRIu64 " bytes, e.g. 64K, 16M, 40G", d->min,
+             d->max);
+    return;
+  case LCT__CFG_MS:
+    snprintf(buf, len, "a duration from %" PRIu64 "ms to %" PRIu64 "ms, e.g. 500ms, 30s, 5m, 2h",
+             d->min, d->max);
+    return;
+  case LCT__CFG_INT:
+    snprintf(buf, len, "an integer from %" PRIu64 " to %" PRIu64, d->min, d->max);
+    return;
+  case LCT__CFG_ENUM: {
+    size_t n = (size_t)snprintf(buf, len, "one of");
+    for (int i = 0; d->choices[i] != NULL && n < len; i++)
+      n += (size_t)snprintf(buf + n, len - n, "%s %s", i ? "," : "", d->choices[i]);
+    return;
+  }
+  case LCT__CFG_LIST:
+    snprintf(buf, len, "tcp://HOST:PORT or ipc:///PATH, at most %" PRIu64 " endpoints", d->max);
+    return;
+  case LCT__CFG_STR:
+    snprintf(buf, len, "at most %" PRIu64 " characters", d->max);
+    return;
+  case LCT__CFG_ADDR:
+    snprintf(buf, len, "off, or HOST:PORT with an IPv4 or [IPv6] address and a port 1..65535");
+    return;
+  case LCT__CFG_MODE:
+    snprintf(buf, len, "octal permission bits from 0000 to %04" PRIo64, d->max);
+    return;
+  }
+}
+
+/* The one-line error for a value a setting does not accept. */
+static int lct__cfg_bad(char *err, size_t errlen, const lct__cfg_def *d, const char *value) {
+  char allowed[160];
+  lct__cfg_allowed(d, allowed, sizeof allowed);
+  return lct__cfg_err(err, errlen, "%s: '%s' is not allowed: expected %s", d->name, value, allowed);
+}
+
+int lct__config_parse_addr(const char *addr, struct sockaddr_storage *sa) {
+  char host[256];
+  const char *colon = strrchr(addr, ':');
+  size_t hl = colon ? (size_t)(colon - addr) : 0;
+  if (colon == NULL || hl == 0 || hl >= sizeof host)
+    return LCT_ECONFIG;
+  memcpy(host, addr, hl);
+  host[hl] = '\0';
+  int bracketed = host[0] == '[' && hl >= 2 && host[hl - 1] == ']';
+  if (bracketed) { /* [::1]:9878 */
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = '\0';
+  }
+  char *end;
+  errno = 0;
+  long port = strtol(colon + 1, &end, 10);
+  if (errno != 0 || end == colon + 1 || *end != '\0' || port <= 0 || port > 65535)
+    return LCT_ECONFIG;
+  memset(sa, 0, sizeof *sa);
+  if (!bracketed && uv_ip4_addr(host, (int)port, (struct sockaddr_in *)sa) == 0)
+    return 0;
+  if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)sa) == 0)
+    return 0;
+  return LCT_ECONFIG;
 }
 
 /* Parses a non-negative decimal integer and a unit suffix. */
@@ -127,11 +233,8 @@ static int lct__cfg_apply(lct__config *cfg, const lct__cfg_def *d, const char *v
              : d->type == LCT__CFG_MS ? lct__parse_ms(value, &v)
                                       : lct__parse_scaled(value, (const char *const[]){"", NULL},
                                                           (const uint64_t[]){1}, &v);
-    if (rc != 0)
-      return lct__cfg_err(err, errlen, "%s: cannot parse '%s'", d->name, value);
-    if (v < d->min || v > d->max)
-      return lct__cfg_err(err, errlen, "%s: %s is outside [%" PRIu64 ", %" PRIu64 "]", d->name,
-                          value, d->min, d->max);
+    if (rc != 0 || v < d->min || v > d->max)
+      return lct__cfg_bad(err, errlen, d, value);
     if (d->type == LCT__CFG_INT)
       *(int *)field = (int)v;
     else
@@ -145,23 +248,37 @@ static int lct__cfg_apply(lct__config *cfg, const lct__cfg_def *d, const char *v
         return 0;
       }
     }
-    return lct__cfg_err(err, errlen, "%s: unknown value '%s'", d->name, value);
+    return lct__cfg_bad(err, errlen, d, value);
+  case LCT__CFG_MODE: {
+    char *end;
+    errno = 0;
+    unsigned long m = strtoul(value, &end, 8);
+    if (*value < '0' || *value > '7' || errno != 0 || *end != '\0' || m > d->max)
+      return lct__cfg_bad(err, errlen, d, value);
+    *(int *)field = (int)m;
+    return 0;
+  }
   case LCT__CFG_LIST:
     if (cfg->listen_source != source) {
       lct__listen_clear(cfg);
       cfg->listen_source = source;
     }
-    if (*value == '\0')
-      return lct__cfg_err(err, errlen, "%s: empty value", d->name);
-    if ((uint64_t)cfg->n_listen >= d->max)
-      return lct__cfg_err(err, errlen, "%s: more than %d endpoints", d->name, (int)d->max);
+    if ((strncmp(value, "tcp://", 6) != 0 && strncmp(value, "ipc:///", 7) != 0) ||
+        value[6] == '\0' || strlen(value) > 255 || (uint64_t)cfg->n_listen >= d->max)
+      return lct__cfg_bad(err, errlen, d, value);
     if ((cfg->listen[cfg->n_listen] = strdup(value)) == NULL)
       return lct__cfg_err(err, errlen, "out of memory");
     cfg->n_listen++;
     return 0;
-  case LCT__CFG_STR: {
+  case LCT__CFG_STR:
+  case LCT__CFG_ADDR: {
+    struct sockaddr_storage sa;
     if (strlen(value) > d->max)
-      return lct__cfg_err(err, errlen, "%s: longer than %d characters", d->name, (int)d->max);
+      return lct__cfg_bad(err, errlen, d, value);
+    if (d->type == LCT__CFG_ADDR && strcmp(value, "off") == 0)
+      value = "";
+    else if (d->type == LCT__CFG_ADDR && *value != '\0' && lct__config_parse_addr(value, &sa) != 0)
+      return lct__cfg_bad(err, errlen, d, value);
     char *copy = strdup(value);
     if (copy == NULL)
       return lct__cfg_err(err, errlen, "out of memory");
@@ -206,7 +323,7 @@ void lct__config_init(lct__config *cfg) {
 void lct__config_free(lct__config *cfg) {
   lct__listen_clear(cfg);
   for (size_t i = 0; i < LCT__CFG_COUNT; i++)
-    if (lct__cfg_table[i].type == LCT__CFG_STR) {
+    if (lct__cfg_table[i].type == LCT__CFG_STR || lct__cfg_table[i].type == LCT__CFG_ADDR) {
       char **field = (char **)((char *)cfg + lct__cfg_table[i].offset);
       free(*field);
       *field = NULL;
@@ -292,39 +409,70 @@ int lct__config_args(lct__config *cfg, int argc, char **argv, char *err, size_t 
 
 int lct__config_check(const lct__config *cfg, char *err, size_t errlen) {
   if (cfg->segment_size % (64 << 10) != 0)
-    return lct__cfg_err(err, errlen, "segment-size must be a multiple of 64K");
+    return lct__cfg_err(err, errlen, "segment_size: '%" PRIu64 "' is not allowed: expected a multiple of 64K",
+                        cfg->segment_size);
   if (cfg->memory != 0 && cfg->memory < (1 << 20))
-    return lct__cfg_err(err, errlen, "memory must be 0 (automatic) or at least 1M");
+    return lct__cfg_err(err, errlen, "memory: '%" PRIu64 "' is not allowed: expected 0 (automatic) or at least 1M",
+                        cfg->memory);
   if (cfg->n_listen == 0)
-    return lct__cfg_err(err, errlen, "no listen endpoint");
+    return lct__cfg_err(err, errlen, "listen: no endpoint: expected tcp://HOST:PORT or ipc:///PATH");
+  if (*cfg->ipc_group != '\0' && getgrnam(cfg->ipc_group) == NULL)
+    return lct__cfg_err(err, errlen, "ipc_group: '%s' is not allowed: expected the name of an existing group",
+                        cfg->ipc_group);
   return 0;
 }
 
-static void lct__cfg_value(const lct__config *cfg, const lct__cfg_def *d, FILE *to) {
+/* The value of a setting in config-file syntax (a list space-separated). */
+static void lct__cfg_value(const lct__config *cfg, const lct__cfg_def *d, char *buf, size_t len) {
   const char *field = (const char *)cfg + d->offset;
   switch (d->type) {
   case LCT__CFG_SIZE:
+    snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
+    return;
   case LCT__CFG_MS:
-    fprintf(to, "%" PRIu64 "%s", *(const uint64_t *)field, d->type == LCT__CFG_MS ? "ms" : "");
-    break;
+    snprintf(buf, len, "%" PRIu64 "ms", *(const uint64_t *)field);
+    return;
   case LCT__CFG_INT:
-    fprintf(to, "%d", *(const int *)field);
-    break;
+    snprintf(buf, len, "%d", *(const int *)field);
+    return;
+  case LCT__CFG_MODE:
+    snprintf(buf, len, "%04o", (unsigned)*(const int *)field);
+    return;
   case LCT__CFG_ENUM:
-    fputs(d->choices[*(const int *)field], to);
-    break;
+    snprintf(buf, len, "%s", d->choices[*(const int *)field]);
+    return;
   case LCT__CFG_STR:
-    fputs(*(char *const *)field, to);
-    break;
-  case LCT__CFG_LIST:
-    break;
+  case LCT__CFG_ADDR: {
+    const char *v = *(char *const *)field;
+    snprintf(buf, len, "%s", d->type == LCT__CFG_ADDR && *v == '\0' ? "off" : v);
+    return;
   }
+  case LCT__CFG_LIST: {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < cfg->n_listen && n < len; j++)
+      n += (size_t)snprintf(buf + n, len - n, "%s%s", j ? " " : "", cfg->listen[j]);
+    return;
+  }
+  }
+}
+
+static void lct__cfg_flag(const lct__cfg_def *d, char *buf, size_t len) {
+  snprintf(buf, len, "--%s", d->name);
+  for (char *p = buf; *p; p++)
+    if (*p == '_')
+      *p = '-';
 }
 
 void lct__config_usage(FILE *to) {
   for (size_t i = 0; i < LCT__CFG_COUNT; i++) {
     const lct__cfg_def *d = &lct__cfg_table[i];
-    fprintf(to, "  --%-18s %s\n  %-20s default: %s\n", d->name, d->help, "", *d->deflt ? d->deflt : "(empty)");
+    char flag[64], allowed[160];
+    lct__cfg_flag(d, flag, sizeof flag);
+    lct__cfg_allowed(d, allowed, sizeof allowed);
+    fprintf(to, "  %s VALUE  (file key: %s%s)\n      %s\n      allowed: %s\n      default: %s\n", flag,
+            d->name, d->reloadable ? "; reloaded on SIGHUP" : "", d->help, allowed,
+            *d->deflt ? d->deflt : "(empty)");
   }
 }
 
@@ -336,12 +484,73 @@ void lct__config_dump(const lct__config *cfg, FILE *to) {
         fprintf(to, "%s %s\n", d->name, cfg->listen[j]);
       continue;
     }
-    if (d->type == LCT__CFG_STR && **(char *const *)((const char *)cfg + d->offset) == '\0') {
+    char v[4200];
+    lct__cfg_value(cfg, d, v, sizeof v);
+    if (*v == '\0')
       fprintf(to, "# %s (empty)\n", d->name);
+    else
+      fprintf(to, "%s %s\n", d->name, v);
+  }
+}
+
+void lct__config_example(FILE *to) {
+  fputs("# lctd.conf — lctd's configuration as installed for the system service (deploy/install.sh puts it\n"
+        "# in /etc/lct/lctd.conf). Every line is `name value`; '#' starts a comment. Each setting is also a\n"
+        "# flag, --name-with-dashes VALUE, and flags win over this file. Settings marked 'reloadable' take\n"
+        "# effect on SIGHUP (systemctl reload lctd); the others at the next start.\n"
+        "#\n"
+        "# Generated by `lctd --example-config` from the settings table (server/config.c); a test fails\n"
+        "# when the two disagree. Commented lines show the built-in default.\n",
+        to);
+  for (size_t i = 0; i < LCT__CFG_COUNT; i++) {
+    const lct__cfg_def *d = &lct__cfg_table[i];
+    char allowed[160];
+    lct__cfg_allowed(d, allowed, sizeof allowed);
+    fprintf(to, "\n# %s\n# allowed: %s%s\n", d->help, allowed, d->reloadable ? "; reloadable" : "");
+    const char *v = d->service != NULL ? d->service : d->deflt;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    const char *lead = d->service != NULL ? "" : "# ";
+    if (*buf == '\0') {
+      fprintf(to, "%s%s\n", lead, d->name);
       continue;
     }
-    fprintf(to, "%s ", d->name);
-    lct__cfg_value(cfg, d, to);
-    fputc('\n', to);
+    for (char *save, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+      fprintf(to, "%s%s %s\n", lead, d->name, tok);
   }
+}
+
+int lct__config_reload(lct__config *cfg, const lct__config *fresh) {
+  int taken = 0;
+  for (size_t i = 0; i < LCT__CFG_COUNT; i++) {
+    const lct__cfg_def *d = &lct__cfg_table[i];
+    char was[4200], now[4200];
+    lct__cfg_value(cfg, d, was, sizeof was);
+    lct__cfg_value(fresh, d, now, sizeof now);
+    if (strcmp(was, now) == 0)
+      continue;
+    if (!d->reloadable) {
+      lct__log_warn("reload: %s changed ('%s' -> '%s'); it takes effect at the next start", d->name, was,
+                    now);
+      continue;
+    }
+    char *dst = (char *)cfg + d->offset;
+    const char *src = (const char *)fresh + d->offset;
+    if (d->type == LCT__CFG_STR || d->type == LCT__CFG_ADDR) {
+      char *copy = strdup(*(char *const *)src);
+      if (copy == NULL) {
+        lct__log_error("reload: %s: out of memory; kept '%s'", d->name, was);
+        continue;
+      }
+      free(*(char **)dst);
+      *(char **)dst = copy;
+    } else if (d->type == LCT__CFG_SIZE || d->type == LCT__CFG_MS) {
+      *(uint64_t *)dst = *(const uint64_t *)src;
+    } else {
+      *(int *)dst = *(const int *)src;
+    }
+    lct__log_info("reload: %s '%s' -> '%s'", d->name, was, now);
+    taken++;
+  }
+  return taken;
 }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #define LCT__LISTEN_MAX 16
 
@@ -24,7 +25,14 @@ typedef struct lct__config {
   uint64_t put_timeout_ms;       /* idle time after which a begun put is dropped */
   int threads;                   /* codec worker threads; 0: one per CPU */
   int log_level;                 /* LCT__LOG_* */
-  char *http;                    /* HOST:PORT of the HTTP stats endpoint; "" for none */
+  char *metrics;                 /* HOST:PORT of the HTTP stats endpoint; "" when off */
+  char *auth_token_file;         /* file holding the token tcp requests must carry; "": none */
+  int ipc_mode;                  /* permission bits of ipc sockets */
+  char *ipc_group;               /* group of ipc sockets; "": the daemon's */
+  int max_key_length;            /* longest key a put accepts */
+  uint64_t max_tensor_size;      /* largest raw tensor a put accepts; 0: no limit */
+  uint64_t drain_timeout_ms;     /* how long a stop waits for in-flight requests */
+  char *persist_dir;             /* directory of tensor snapshots; "": no persistence */
   int listen_source;             /* internal: which source last set listen */
 } lct__config;
 
@@ -32,7 +40,7 @@ typedef struct lct__config {
 void lct__config_init(lct__config *cfg);
 void lct__config_free(lct__config *cfg);
 
-/* Sets one setting by name from its text form. source distinguishes the file
+/* Sets one setting by name ('-' and '_' are the same) from its text form. source distinguishes the file
  * from flags so that the first `listen` of a source replaces the earlier list
  * and later ones append. Returns 0 or LCT_ECONFIG with a message in err. */
 int lct__config_set(lct__config *cfg, const char *name, const char *value, int source, char *err,
@@ -52,6 +60,19 @@ int lct__config_check(const lct__config *cfg, char *err, size_t errlen);
 void lct__config_usage(FILE *to);
 /* Prints the current values in config-file syntax. */
 void lct__config_dump(const lct__config *cfg, FILE *to);
+/* Prints the commented example configuration (deploy/lctd.conf): every
+ * setting with its help and default, set to the service's value where the
+ * service differs from the default. */
+void lct__config_example(FILE *to);
+
+/* Takes the reloadable settings of fresh into cfg, logging each change, and
+ * logs a warning for every other setting that differs (it needs a restart).
+ * Returns the number of settings taken. */
+int lct__config_reload(lct__config *cfg, const lct__config *fresh);
+
+/* Parses HOST:PORT (an IPv4 address, or an IPv6 one in brackets) into sa:
+ * 0 or LCT_ECONFIG. */
+int lct__config_parse_addr(const char *addr, struct sockaddr_storage *sa);
 
 /* "512M", "40G", "64k", "1048576": binary multiples K, M, G, T (optional B or iB). */
 int lct__parse_size(const char *text, uint64_t *out);

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "lct_error.h"
 #include "lct_wire.h"
 #include "log.h"
+#include "persist.h"
 #include "server.h"
 #include "staging.h"
 #include "transport.h"
@@ -34,9 +36,11 @@ typedef struct lct__request {
   lct__pending *pending; /* PUT_COMMIT: the staged put being encoded */
   void *reply_msg;      /* GET: the reply being filled by decode workers */
   size_t reply_len;
+  uint64_t received;    /* uv_hrtime at receipt */
 } lct__request;
 
 static void lct__request_free(lct__request *rq) {
+  rq->srv->stats.in_flight--;
   if (rq->hdr != NULL)
     lctpb__request__free_unpacked(rq->hdr, NULL);
   if (rq->msg != NULL)
@@ -74,6 +78,7 @@ static void lct__reply_send(lct__request *rq, uint32_t status, void *msg, size_t
   lct__server *srv = rq->srv;
   srv->stats.bytes_out += len;
   lct__stats_count(&srv->stats, rq->op, status);
+  lct__stats_latency(&srv->stats, rq->op, uv_hrtime() - rq->received);
   lct__transport_send(srv->transport, rq->sock, rq->control, msg, len);
   rq->control = NULL;
   lct__request_free(rq);
@@ -111,6 +116,7 @@ static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
   if (lct__reply_alloc(&rp, 0, &msg, &len, &dst) != 0) {
     lct__log_error("out of memory for an error reply (%s); the client will time out", text);
     lct__stats_count(&rq->srv->stats, rq->op, rp.status);
+    lct__stats_latency(&rq->srv->stats, rq->op, uv_hrtime() - rq->received);
     lct__request_free(rq);
     return;
   }
@@ -170,8 +176,21 @@ static int lct__need_key(lct__request *rq) {
   return 0;
 }
 
+/* Checks a put's declaration, and its key and size against max_key_length
+ * and max_tensor_size; replies itself on failure. */
 static int lct__decl_or_reply(lct__request *rq, lct__put_decl *d) {
+  const lct__config *cfg = &rq->srv->cfg;
+  if (rq->hdr->key.len > (size_t)cfg->max_key_length) {
+    lct__reply_error(rq, LCT_ENAMETOOLONG, "key of %zu bytes exceeds max_key_length %d",
+                     rq->hdr->key.len, cfg->max_key_length);
+    return 0;
+  }
   int rc = lct__put_decl_parse(rq->hdr->meta, d);
+  if (rc == 0 && cfg->max_tensor_size != 0 && d->raw_bytes > cfg->max_tensor_size) {
+    lct__reply_error(rq, LCT_E2BIG, "tensor of %" PRIu64 " bytes exceeds max_tensor_size %" PRIu64,
+                     d->raw_bytes, cfg->max_tensor_size);
+    return 0;
+  }
   if (rc == 0)
     return 1;
   const Lctpb__TensorMeta *m = rq->hdr->meta;
@@ -471,6 +490,7 @@ static void lct__op_list(lct__request *rq) {
 char *lct__stats_text(lct__server *srv, size_t *len) {
   srv->stats.pool_capacity = lct__pool_capacity(srv->pool);
   srv->stats.pool_used = lct__pool_used(srv->pool);
+  srv->stats.clients = lct__transport_clients(srv->transport);
   return lct__stats_render(&srv->stats, srv->backend_name, len);
 }
 
@@ -504,13 +524,35 @@ static void lct__op_stats(lct__request *rq) {
   free(text);
 }
 
+static void lct__op_save(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  if (*srv->cfg.persist_dir == '\0') {
+    lct__reply_error(rq, LCT_ECONFIG, "this lctd has no persist_dir: nothing to save to");
+    return;
+  }
+  lct__persist_result r;
+  if (lct__persist_save(srv, &r) != 0) {
+    lct__reply_error(rq, LCT_EIO, "%" PRIu64 " tensors written, %" PRIu64
+                     " could not be (see the server log for why)", r.written, r.failed);
+    return;
+  }
+  lct__log_info("save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed", r.written,
+                r.written_bytes, r.removed);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_saved_tensors = 1;
+  rp.saved_tensors = r.written;
+  rp.has_saved_bytes = 1;
+  rp.saved_bytes = r.written_bytes;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
 static void lct__op_ping(lct__request *rq) {
   Lctpb__ServerInfo info = LCTPB__SERVER_INFO__INIT;
   info.protocol = LCT_WIRE_VERSION;
   info.server = "lctd " LCT_VERSION;
   info.backend = (char *)rq->srv->backend_name;
   info.frame_bytes = rq->srv->cfg.frame_size;
-  info.key_max = LCT_KEY_MAX;
+  info.key_max = (uint32_t)rq->srv->cfg.max_key_length;
   info.list_max = LCT_LIST_MAX;
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.info = &info;
@@ -529,10 +571,12 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
     nn_freemsg(control);
     return;
   }
+  srv->stats.in_flight++;
   rq->srv = srv;
   rq->sock = sock;
   rq->control = control;
   rq->msg = msg;
+  rq->received = uv_hrtime();
   int rc = lct_wire_split(msg, len, &rq->frame);
   if (rc == LCT_EVERSION) {
     lct__reply_error(rq, rc, "protocol version %u; this server speaks %d",
@@ -551,6 +595,13 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
     return;
   }
   rq->op = rq->hdr->op;
+  if (lct__transport_is_tcp(srv->transport, sock) &&
+      !lct__auth_check(&srv->auth, rq->hdr->has_auth_token ? rq->hdr->auth_token.data : NULL,
+                       rq->hdr->has_auth_token ? rq->hdr->auth_token.len : 0)) {
+    lct__reply_error(rq, LCT_EACCES, "%s: this tcp endpoint requires the token of the server's auth_token_file",
+                     rq->hdr->has_auth_token ? "wrong auth token" : "no auth token");
+    return;
+  }
   switch (rq->op) {
   case LCTPB__OP__OP_PING:
     lct__op_ping(rq);
@@ -584,6 +635,9 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
     break;
   case LCTPB__OP__OP_STATS:
     lct__op_stats(rq);
+    break;
+  case LCTPB__OP__OP_SAVE:
+    lct__op_save(rq);
     break;
   default:
     lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);

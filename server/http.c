@@ -1,4 +1,4 @@
-/* http.c — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text. */
+/* http.c — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text, GET /healthz liveness. */
 #include "http.h"
 
 #include <stdio.h>
@@ -85,7 +85,7 @@ static void lct__http_text(lct__http_conn *c, const char *status, const char *te
   lct__http_respond(c, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 
-/* Answers once the request head is complete: only GET (or HEAD) of /metrics. */
+/* Answers once the request head is complete: GET of /metrics or /healthz. */
 static void lct__http_request(lct__http_conn *c) {
   char method[8], path[256], version[16];
   if (sscanf(c->buf, "%7s %255s %15s", method, path, version) != 3 || strncmp(version, "HTTP/1.", 7) != 0 ||
@@ -97,8 +97,12 @@ static void lct__http_request(lct__http_conn *c) {
     lct__http_text(c, "405 Method Not Allowed", "only GET\n");
     return;
   }
+  if (strcmp(path, "/healthz") == 0) {
+    lct__http_text(c, "200 OK", "ok\n");
+    return;
+  }
   if (strcmp(path, "/metrics") != 0) {
-    lct__http_text(c, "404 Not Found", "lctd serves /metrics\n");
+    lct__http_text(c, "404 Not Found", "lctd serves /metrics and /healthz\n");
     return;
   }
   size_t len;
@@ -160,26 +164,9 @@ static void lct__http_accept(uv_stream_t *server, int status) {
 }
 
 int lct__http_open(lct__server *srv, const char *addr, lct__http **out, char *err, size_t errlen) {
-  char host[256];
-  const char *colon = strrchr(addr, ':');
-  size_t hl = colon ? (size_t)(colon - addr) : 0;
-  if (colon == NULL || hl == 0 || hl >= sizeof host) {
-    snprintf(err, errlen, "http: '%s' is not HOST:PORT", addr);
-    return LCT_ECONFIG;
-  }
-  memcpy(host, addr, hl);
-  host[hl] = '\0';
-  if (host[0] == '[' && host[hl - 1] == ']') { /* [::1]:9878 */
-    memmove(host, host + 1, hl - 2);
-    host[hl - 2] = '\0';
-  }
-  char *end;
-  long port = strtol(colon + 1, &end, 10);
   struct sockaddr_storage sa;
-  if (*end != '\0' || port <= 0 || port > 65535 ||
-      (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&sa) != 0 &&
-       uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&sa) != 0)) {
-    snprintf(err, errlen, "http: '%s' is not an IP address and port", addr);
+  if (lct__config_parse_addr(addr, &sa) != 0) {
+    snprintf(err, errlen, "metrics: '%s' is not HOST:PORT", addr);
     return LCT_ECONFIG;
   }
   lct__http *h = calloc(1, sizeof *h);
@@ -192,7 +179,7 @@ int lct__http_open(lct__server *srv, const char *addr, lct__http **out, char *er
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&h->listener, 16, lct__http_accept);
   if (rc != 0) {
-    snprintf(err, errlen, "http: %s: %s", addr, uv_strerror(rc));
+    snprintf(err, errlen, "metrics: cannot listen on %s: %s", addr, uv_strerror(rc));
     h->stopping = 1;
     lct__http_stop(h);
     return LCT_EIO;

@@ -1,4 +1,4 @@
-/* http.h — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text. */
+/* http.h — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text, GET /healthz liveness. */
 #ifndef LCT_SERVER_HTTP_H
 #define LCT_SERVER_HTTP_H
 

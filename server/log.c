@@ -1,4 +1,4 @@
-/* log.c — lctd's log lines on stderr, filtered by level. */
+/* log.c — lctd's log lines on stderr, one per event, filtered by level. */
 #include "log.h"
 
 #include <stdarg.h>
@@ -24,5 +24,9 @@ void lct__log(int level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  /* One event, one line: control bytes (from keys, paths) cannot split it. */
+  for (char *p = line; *p != '\0'; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      *p = '?';
   fprintf(stderr, "%s.%03ld lctd %s: %s\n", stamp, ts.tv_nsec / 1000000, names[level], line);
 }

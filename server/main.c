@@ -1,13 +1,18 @@
 /* main.c — lctd: read the configuration, open backend, pool, store and sockets, run the loop until a signal. */
+#include <grp.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "handlers.h"
 #include "http.h"
 #include "log.h"
+#include "notify.h"
+#include "persist.h"
 #include "server.h"
 #include "staging.h"
 #include "transport.h"
@@ -20,10 +25,15 @@ static void lct__usage(FILE *to) {
   fputs("usage: lctd [--config FILE] [--listen ENDPOINT]... [--backend auto|cpu|cuda]\n"
         "            [--memory SIZE] [--device N] [--NAME VALUE]...\n"
         "       lctd --print-config [options]   print the resulting configuration\n"
+        "       lctd --example-config            print the commented example (deploy/lctd.conf)\n"
         "       lctd --version | --help\n\n"
         "Serves put/get of named tensors, kept losslessly compressed, over nanomsg.\n"
         "Every setting below may be given as a flag (--NAME VALUE or --NAME=VALUE) or\n"
-        "as a 'NAME VALUE' line in the --config file; flags win over the file.\n\n"
+        "as a 'name value' line in the --config file (file keys spell '-' as '_');\n"
+        "flags win over the file.\n\n"
+        "signals: SIGTERM or SIGINT stop serving, answer the requests in flight (at most\n"
+        "drain_timeout) and exit 0; SIGHUP re-reads the file and flags and applies the\n"
+        "settings marked 'reloaded on SIGHUP', logging each change.\n\n"
         "settings:\n",
         to);
   lct__config_usage(to);
@@ -32,18 +42,69 @@ static void lct__usage(FILE *to) {
 typedef struct lct__main {
   lct__server srv;
   lct__http *http;
-  uv_signal_t sigint, sigterm;
+  int argc;
+  char **argv;
+  uv_signal_t sigint, sigterm, sighup;
+  uv_timer_t drain;
 } lct__main;
+
+static void lct__drain_expired(uv_timer_t *t) {
+  lct__main *m = t->data;
+  lct__server *srv = &m->srv;
+  lct__log_warn("drain_timeout: %" PRIu64 " requests still in flight; exiting without their replies",
+                srv->stats.in_flight);
+  lct__persist_result r;
+  if (*srv->cfg.persist_dir != '\0' && lct__persist_save(srv, &r) != 0)
+    _exit(1);
+  _exit(0);
+}
 
 static void lct__on_signal(uv_signal_t *h, int signum) {
   lct__main *m = h->data;
-  lct__log_info("signal %d: stopping (in-flight requests finish first)", signum);
+  lct__notify("STOPPING=1");
+  lct__log_info("signal %d: stopping; %" PRIu64 " requests in flight are answered first", signum,
+                m->srv.stats.in_flight);
   lct__transport_stop(m->srv.transport);
   lct__staging_stop(m->srv.staging);
   if (m->http != NULL)
     lct__http_stop(m->http);
   uv_close((uv_handle_t *)&m->sigint, NULL);
   uv_close((uv_handle_t *)&m->sigterm, NULL);
+  uv_close((uv_handle_t *)&m->sighup, NULL);
+  /* The timer bounds the drain without keeping the loop alive by itself. */
+  uv_timer_start(&m->drain, lct__drain_expired, m->srv.cfg.drain_timeout_ms, 0);
+  uv_unref((uv_handle_t *)&m->drain);
+}
+
+/* SIGHUP: reads the configuration again and applies its reloadable settings;
+ * an invalid one changes nothing. */
+static void lct__on_reload(uv_signal_t *h, int signum) {
+  lct__main *m = h->data;
+  lct__server *srv = &m->srv;
+  (void)signum;
+  lct__notify("RELOADING=1");
+  lct__config fresh;
+  lct__auth auth;
+  char err[512];
+  lct__config_init(&fresh);
+  if (lct__config_args(&fresh, m->argc, m->argv, err, sizeof err) != 0 ||
+      lct__config_check(&fresh, err, sizeof err) != 0 ||
+      lct__auth_load(fresh.auth_token_file, &auth, err, sizeof err) != 0) {
+    lct__log_error("reload refused, running configuration kept: %s", err);
+    srv->stats.reload_failures++;
+  } else {
+    /* The more verbose of the two levels while the changes are logged. */
+    lct__log_set_level(fresh.log_level > srv->cfg.log_level ? fresh.log_level : srv->cfg.log_level);
+    int n = lct__config_reload(&srv->cfg, &fresh);
+    if (auth.len != srv->auth.len || memcmp(auth.token, srv->auth.token, auth.len) != 0)
+      lct__log_info("reload: auth token replaced");
+    srv->auth = auth;
+    srv->stats.reloads++;
+    lct__log_info("reload: done (%d settings changed)", n);
+    lct__log_set_level(srv->cfg.log_level);
+  }
+  lct__config_free(&fresh);
+  lct__notify("READY=1");
 }
 
 static int lct__open_backend(const lct__config *cfg, int threads, lct__backend *be,
@@ -93,6 +154,10 @@ int main(int argc, char **argv) {
              LCT_FORMAT_VERSION);
       return 0;
     }
+    if (strcmp(argv[i], "--example-config") == 0) {
+      lct__config_example(stdout);
+      return 0;
+    }
     if (strcmp(argv[i], "--print-config") == 0) {
       print_config = 1;
       memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
@@ -105,10 +170,13 @@ int main(int argc, char **argv) {
   lct__server *srv = &m.srv;
   char err[512];
   lct__config_init(&srv->cfg);
+  m.argc = argc;
+  m.argv = argv;
   if (lct__config_args(&srv->cfg, argc, argv, err, sizeof err) != 0 ||
-      lct__config_check(&srv->cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "lctd: %s\n", err);
-    fprintf(stderr, "lctd: try 'lctd --help'\n");
+      lct__config_check(&srv->cfg, err, sizeof err) != 0 ||
+      lct__auth_load(srv->cfg.auth_token_file, &srv->auth, err, sizeof err) != 0) {
+    fprintf(stderr, "lctd: configuration: %s (see lctd --help)\n", err);
+    lct__config_free(&srv->cfg);
     return 2;
   }
   if (print_config) {
@@ -140,21 +208,34 @@ int main(int argc, char **argv) {
     fprintf(stderr, "lctd: %s\n", lct_strerror(rc));
     return 1;
   }
+  if (*srv->cfg.persist_dir != '\0' && lct__persist_load(srv, err, sizeof err) != 0) {
+    fprintf(stderr, "lctd: %s\n", err);
+    return 1;
+  }
+  gid_t gid = (gid_t)-1;
+  if (*srv->cfg.ipc_group != '\0') {
+    const struct group *g = getgrnam(srv->cfg.ipc_group);
+    gid = g != NULL ? g->gr_gid : gid; /* lct__config_check found it */
+  }
   if ((rc = lct__transport_open(srv->loop, srv->cfg.listen, srv->cfg.n_listen,
-                                lct_wire_msg_max(srv->cfg.frame_size), lct__handle_message, srv,
-                                &srv->transport, err, sizeof err)) != 0) {
+                                lct_wire_msg_max(srv->cfg.frame_size), srv->cfg.ipc_mode, gid,
+                                lct__handle_message, srv, &srv->transport, err, sizeof err)) != 0) {
     fprintf(stderr, "lctd: %s\n", err);
     return 1;
   }
-  if (*srv->cfg.http != '\0' && lct__http_open(srv, srv->cfg.http, &m.http, err, sizeof err) != 0) {
+  if (*srv->cfg.metrics != '\0' &&
+      lct__http_open(srv, srv->cfg.metrics, &m.http, err, sizeof err) != 0) {
     fprintf(stderr, "lctd: %s\n", err);
     return 1;
   }
-  m.sigint.data = m.sigterm.data = &m;
+  m.sigint.data = m.sigterm.data = m.sighup.data = m.drain.data = &m;
   uv_signal_init(srv->loop, &m.sigint);
   uv_signal_init(srv->loop, &m.sigterm);
+  uv_signal_init(srv->loop, &m.sighup);
+  uv_timer_init(srv->loop, &m.drain);
   uv_signal_start(&m.sigint, lct__on_signal, SIGINT);
   uv_signal_start(&m.sigterm, lct__on_signal, SIGTERM);
+  uv_signal_start(&m.sighup, lct__on_reload, SIGHUP);
 
   char pool[32], frame[32];
   lct__human(lct__pool_capacity(srv->pool), pool, sizeof pool);
@@ -164,9 +245,24 @@ int main(int argc, char **argv) {
   for (int i = 0; i < srv->cfg.n_listen; i++)
     lct__log_info("listening on %s", srv->cfg.listen[i]);
   if (m.http != NULL)
-    lct__log_info("stats on http://%s/metrics", srv->cfg.http);
+    lct__log_info("stats on http://%s/metrics", srv->cfg.metrics);
+  if (srv->auth.len > 0)
+    lct__log_info("tcp endpoints require the token of %s", srv->cfg.auth_token_file);
+  /* Every endpoint is bound and the pool reserved: ready for a service manager. */
+  if ((rc = lct__notify("READY=1")) < 0)
+    lct__log_warn("cannot notify $NOTIFY_SOCKET of readiness: %s", lct_strerror(rc));
 
   uv_run(srv->loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&m.drain, NULL);
+  uv_run(srv->loop, UV_RUN_NOWAIT);
+  int status = 0;
+  if (*srv->cfg.persist_dir != '\0') {
+    lct__persist_result r;
+    status = lct__persist_save(srv, &r) == 0 ? 0 : 1;
+    lct__log_info("persist: %" PRIu64 " tensors written to %s (%" PRIu64 " bytes), %" PRIu64 " removed%s",
+                  r.written, srv->cfg.persist_dir, r.written_bytes, r.removed,
+                  status ? "; some could not be written" : "");
+  }
 
   lct__transport_free(srv->transport);
   lct__staging_destroy(srv->staging);
@@ -175,5 +271,5 @@ int main(int argc, char **argv) {
   uv_loop_close(srv->loop);
   lct__config_free(&srv->cfg);
   lct__log_info("stopped");
-  return 0;
+  return status;
 }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "config.h"
 #include "lct_wire.h"
 #include "pool.h"
@@ -22,6 +23,7 @@ typedef struct lct__server {
   lct__staging *staging;
   lct__transport *transport;
   lct__stats stats;
+  lct__auth auth;              /* token of auth_token_file (tcp endpoints) */
   const char *backend_name;
   int threads; /* codec worker threads (the libuv threadpool size) */
 } lct__server;

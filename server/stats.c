@@ -7,11 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lct_codec.h"
 #include "lct_error.h"
+
+_Static_assert(LCT__DTYPE_SLOTS == LCT_DTYPE_COUNT, "a stats slot per dtype");
+
+const double lct__latency_bounds[LCT__LATENCY_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10};
 
 static const char *const lct__op_names[LCT__OP_SLOTS] = {
     "invalid", "ping", "put", "put_begin", "put_chunk", "put_commit",
-    "put_abort", "get", "delete", "stat", "list", "stats"};
+    "put_abort", "get", "delete", "stat", "list", "stats", "save"};
 
 void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status) {
   if (op >= LCT__OP_SLOTS)
@@ -19,6 +25,17 @@ void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status) {
   if (status >= LCT__STATUS_SLOTS)
     status = LCT__STATUS_SLOTS - 1;
   st->requests[op][status]++;
+}
+
+void lct__stats_latency(lct__stats *st, uint32_t op, uint64_t ns) {
+  if (op >= LCT__OP_SLOTS)
+    op = 0;
+  double sec = (double)ns / 1e9;
+  int b = 0;
+  while (b < LCT__LATENCY_BUCKETS && sec > lct__latency_bounds[b])
+    b++;
+  st->latency[op][b]++;
+  st->latency_ns[op] += ns;
 }
 
 uint64_t lct__stats_requests(const lct__stats *st) {
@@ -77,15 +94,23 @@ static void lct__metric(lct__buf *b, const char *name, const char *type, const c
                type, name, v);
 }
 
+static void lct__head(lct__buf *b, const char *name, const char *type, const char *help) {
+  lct__bprintf(b, "# HELP lct_%s %s\n# TYPE lct_%s %s\n", name, help, name, type);
+}
+
+static void lct__seconds(lct__buf *b, const char *name, const char *help, uint64_t ns) {
+  lct__head(b, name, "counter", help);
+  lct__bprintf(b, "lct_%s %.9f\n", name, (double)ns / 1e9);
+}
+
 char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) {
-  lct__buf b = {malloc(4096), 0, 4096, 0};
+  lct__buf b = {malloc(16384), 0, 16384, 0};
   if (b.p == NULL)
     return NULL;
-  lct__bprintf(&b, "# HELP lct_info Server build and backend.\n# TYPE lct_info gauge\n"
-                   "lct_info{backend=\"%s\"} 1\n",
-               backend);
-  lct__bprintf(&b, "# HELP lct_requests_total Replies sent, by operation and status.\n"
-                   "# TYPE lct_requests_total counter\n");
+  lct__head(&b, "build_info", "gauge", "Always 1; the backend in use as a label.");
+  lct__bprintf(&b, "lct_build_info{backend=\"%s\"} 1\n", backend);
+
+  lct__head(&b, "requests_total", "counter", "Replies sent, by operation and status.");
   for (int o = 0; o < LCT__OP_SLOTS; o++) {
     for (int s = 0; s < LCT__STATUS_SLOTS; s++) {
       if (st->requests[o][s] == 0)
@@ -95,28 +120,95 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
                    lct__op_names[o], status, st->requests[o][s]);
     }
   }
+  lct__head(&b, "errors_total", "counter",
+            "Requests answered with an error, by kind (LCT_EACCES: refused for want of the auth token).");
+  for (int s = 1; s < LCT__STATUS_SLOTS; s++) {
+    uint64_t n = 0;
+    for (int o = 0; o < LCT__OP_SLOTS; o++)
+      n += st->requests[o][s];
+    if (n > 0)
+      lct__bprintf(&b, "lct_errors_total{kind=\"%s\"} %" PRIu64 "\n", lct_err_name(-s), n);
+  }
+  lct__head(&b, "request_duration_seconds", "histogram",
+            "Time from receiving a request to sending its reply, by operation.");
+  for (int o = 0; o < LCT__OP_SLOTS; o++) {
+    uint64_t cum = 0;
+    for (int k = 0; k <= LCT__LATENCY_BUCKETS; k++)
+      cum += st->latency[o][k];
+    if (cum == 0)
+      continue;
+    cum = 0;
+    for (int k = 0; k < LCT__LATENCY_BUCKETS; k++) {
+      cum += st->latency[o][k];
+      lct__bprintf(&b, "lct_request_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+                   lct__op_names[o], lct__latency_bounds[k], cum);
+    }
+    cum += st->latency[o][LCT__LATENCY_BUCKETS];
+    lct__bprintf(&b, "lct_request_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+                 lct__op_names[o], cum);
+    lct__bprintf(&b, "lct_request_duration_seconds_sum{op=\"%s\"} %.9f\n", lct__op_names[o],
+                 (double)st->latency_ns[o] / 1e9);
+    lct__bprintf(&b, "lct_request_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n", lct__op_names[o], cum);
+  }
+  lct__metric(&b, "requests_in_flight", "gauge", "Requests received and not yet answered.", st->in_flight);
+  lct__metric(&b, "clients", "gauge", "Connections open on the nanomsg endpoints.", st->clients);
   lct__metric(&b, "received_bytes_total", "counter", "Message bytes received.", st->bytes_in);
   lct__metric(&b, "sent_bytes_total", "counter", "Message bytes sent.", st->bytes_out);
   lct__metric(&b, "tensors", "gauge", "Tensors stored.", st->tensors);
   lct__metric(&b, "raw_bytes", "gauge", "Raw bytes of the stored tensors.", st->raw_bytes);
-  lct__metric(&b, "stored_bytes", "gauge", "Coded bytes of the stored tensors.",
-              st->stored_bytes);
+  lct__metric(&b, "stored_bytes", "gauge", "Coded bytes of the stored tensors.", st->stored_bytes);
+  lct__head(&b, "dtype_tensors", "gauge", "Tensors stored, by dtype.");
+  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+    lct__bprintf(&b, "lct_dtype_tensors{dtype=\"%s\"} %" PRIu64 "\n", lct_dtype_name(d), st->dtype_tensors[d]);
+  lct__head(&b, "dtype_raw_bytes", "gauge", "Raw bytes of the stored tensors, by dtype.");
+  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+    lct__bprintf(&b, "lct_dtype_raw_bytes{dtype=\"%s\"} %" PRIu64 "\n", lct_dtype_name(d), st->dtype_raw[d]);
+  lct__head(&b, "dtype_stored_bytes", "gauge", "Coded bytes of the stored tensors, by dtype.");
+  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+    lct__bprintf(&b, "lct_dtype_stored_bytes{dtype=\"%s\"} %" PRIu64 "\n", lct_dtype_name(d),
+                 st->dtype_stored[d]);
+  lct__head(&b, "compression_ratio", "gauge",
+            "Raw over coded bytes of the stored tensors, by dtype (1 when none are stored).");
+  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+    lct__bprintf(&b, "lct_compression_ratio{dtype=\"%s\"} %.6f\n", lct_dtype_name(d),
+                 st->dtype_stored[d] ? (double)st->dtype_raw[d] / (double)st->dtype_stored[d] : 1.0);
   lct__metric(&b, "pool_capacity_bytes", "gauge", "Pool capacity.", st->pool_capacity);
   lct__metric(&b, "pool_used_bytes", "gauge", "Pool bytes in use, in-flight encodes included.",
               st->pool_used);
+  lct__metric(&b, "pool_free_bytes", "gauge", "Pool bytes free.",
+              st->pool_capacity > st->pool_used ? st->pool_capacity - st->pool_used : 0);
   lct__metric(&b, "staging_bytes", "gauge", "Host bytes held by uncommitted chunked puts.",
               st->staging_bytes);
-  lct__metric(&b, "pending_puts", "gauge", "Chunked puts begun and not committed.",
-              st->pending_puts);
-  lct__metric(&b, "puts_expired_total", "counter", "Chunked puts dropped after put-timeout.",
+  lct__metric(&b, "pending_puts", "gauge", "Chunked puts begun and not committed.", st->pending_puts);
+  lct__metric(&b, "puts_expired_total", "counter", "Chunked puts dropped after put_timeout.",
               st->puts_expired);
   lct__metric(&b, "codebook_builds_total", "counter", "Codebooks built from a histogram.",
               st->codebook_builds);
   lct__metric(&b, "codebook_rebuilds_total", "counter",
-              "Codebooks rebuilt because the coded size drifted past 2%.",
-              st->codebook_rebuilds);
+              "Codebooks rebuilt because the coded size drifted past 2%.", st->codebook_rebuilds);
   lct__metric(&b, "encoded_bytes_total", "counter", "Raw bytes encoded.", st->encoded_bytes);
   lct__metric(&b, "decoded_bytes_total", "counter", "Raw bytes decoded.", st->decoded_bytes);
+  lct__seconds(&b, "encode_seconds_total",
+               "Wall time of put encodes (encoded_bytes_total over it is the encode throughput).",
+               st->encode_ns);
+  lct__seconds(&b, "decode_seconds_total",
+               "Wall time of get decodes (decoded_bytes_total over it is the decode throughput).",
+               st->decode_ns);
+  lct__metric(&b, "config_reloads_total", "counter", "Configuration reloads (SIGHUP) applied.", st->reloads);
+  lct__metric(&b, "config_reload_failures_total", "counter",
+              "Configuration reloads (SIGHUP) refused because the new configuration was invalid.",
+              st->reload_failures);
+  lct__metric(&b, "snapshot_saves_total", "counter", "Snapshot saves to persist_dir (save op and shutdown).",
+              st->persist_saves);
+  lct__metric(&b, "snapshot_tensors_written_total", "counter", "Tensor files written by snapshot saves.",
+              st->persist_written);
+  lct__metric(&b, "snapshot_failures_total", "counter",
+              "Tensors (or the directory) a snapshot save could not write.", st->persist_failures);
+  lct__metric(&b, "snapshot_restored_tensors", "gauge", "Tensors restored from persist_dir at start.",
+              st->persist_restored);
+  lct__metric(&b, "snapshot_skipped_files", "gauge",
+              "Snapshot files skipped at start: corrupt, partial or too large for the pool.",
+              st->persist_skipped);
   if (b.failed) {
     free(b.p);
     return NULL;

@@ -5,8 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LCT__OP_SLOTS 12     /* index = wire op (1..11); 0 = unparsable or unknown op */
+#define LCT__OP_SLOTS 13     /* index = wire op (1..12); 0 = unparsable or unknown op */
 #define LCT__STATUS_SLOTS 32 /* index = wire status: 0 ok, else the positive LCT code */
+#define LCT__LATENCY_BUCKETS 12 /* finite upper bounds of the latency histogram */
+#define LCT__DTYPE_SLOTS 6      /* LCT_DTYPE_COUNT */
+
+/* Upper bounds (seconds) of the request latency histogram's buckets. */
+extern const double lct__latency_bounds[LCT__LATENCY_BUCKETS];
 
 typedef struct lct__stats {
   uint64_t requests[LCT__OP_SLOTS][LCT__STATUS_SLOTS]; /* replies sent, by op and status */
@@ -24,10 +29,30 @@ typedef struct lct__stats {
   uint64_t codebook_rebuilds; /* codebooks rebuilt after coded size drifted > 2% */
   uint64_t encoded_bytes;     /* raw bytes encoded */
   uint64_t decoded_bytes;     /* raw bytes decoded */
+  uint64_t encode_ns;         /* wall time of put encodes, start of codec work to publication */
+  uint64_t decode_ns;         /* wall time of get decodes */
+  /* request latency, receipt to reply, by op: counts per bucket (the last one
+   * for beyond the largest bound), and the sum in nanoseconds */
+  uint64_t latency[LCT__OP_SLOTS][LCT__LATENCY_BUCKETS + 1];
+  uint64_t latency_ns[LCT__OP_SLOTS];
+  uint64_t dtype_tensors[LCT__DTYPE_SLOTS]; /* stored tensors by dtype */
+  uint64_t dtype_raw[LCT__DTYPE_SLOTS];     /* their raw bytes */
+  uint64_t dtype_stored[LCT__DTYPE_SLOTS];  /* their coded bytes */
+  uint64_t in_flight;         /* requests received and not yet answered */
+  uint64_t clients;           /* connections open on the nanomsg endpoints */
+  uint64_t reloads;           /* SIGHUP reloads that succeeded */
+  uint64_t reload_failures;   /* SIGHUP reloads refused (bad configuration) */
+  uint64_t persist_saves;     /* snapshot saves to persist_dir (save op, shutdown) */
+  uint64_t persist_written;   /* tensor files written by them */
+  uint64_t persist_failures;  /* tensors or directories a save could not write */
+  uint64_t persist_restored;  /* tensors restored from persist_dir at start */
+  uint64_t persist_skipped;   /* files skipped at start: corrupt, partial or too large */
 } lct__stats;
 
 /* Adds a reply to the per-op, per-status counters (out-of-range values go to slot 0). */
 void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status);
+/* Adds a request's latency (receipt to reply) to op's histogram. */
+void lct__stats_latency(lct__stats *st, uint32_t op, uint64_t ns);
 uint64_t lct__stats_requests(const lct__stats *st);
 uint64_t lct__stats_errors(const lct__stats *st);
 

@@ -125,11 +125,15 @@ static void lct__gauges(lct__store *s, const lct__entry *e, int sign) {
   s->stats->tensors += (uint64_t)(int64_t)sign;
   s->stats->raw_bytes += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
   s->stats->stored_bytes += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);
+  if (e->dtype >= 0 && e->dtype < LCT__DTYPE_SLOTS) {
+    s->stats->dtype_tensors[e->dtype] += (uint64_t)(int64_t)sign;
+    s->stats->dtype_raw[e->dtype] += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
+    s->stats->dtype_stored[e->dtype] += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);
+  }
 }
 
-void lct__store_install(lct__store *s, lct__entry *e) {
-  e->hash = lct__hash(e->key, e->key_len);
-  e->version = s->next_version++;
+/* Publishes e (its version set), replacing the key's current entry. */
+static void lct__publish(lct__store *s, lct__entry *e) {
   lct__entry **p = lct__slot(s, e->key, e->key_len, e->hash);
   lct__entry *old = *p;
   if (old != NULL) {
@@ -144,6 +148,30 @@ void lct__store_install(lct__store *s, lct__entry *e) {
       lct__grow(s);
   }
   lct__gauges(s, e, +1);
+}
+
+void lct__store_install(lct__store *s, lct__entry *e) {
+  e->hash = lct__hash(e->key, e->key_len);
+  e->version = s->next_version++;
+  lct__publish(s, e);
+}
+
+void lct__store_restore(lct__store *s, lct__entry *e) {
+  e->hash = lct__hash(e->key, e->key_len);
+  const lct__entry *cur = *lct__slot(s, e->key, e->key_len, e->hash);
+  if (cur != NULL && cur->version >= e->version) {
+    lct__entry_unref(e);
+    return;
+  }
+  if (e->version >= s->next_version)
+    s->next_version = e->version + 1;
+  lct__publish(s, e);
+}
+
+void lct__store_each(const lct__store *s, void (*fn)(void *arg, lct__entry *e), void *arg) {
+  for (size_t b = 0; b < s->n_buckets; b++)
+    for (lct__entry *e = s->buckets[b]; e != NULL; e = e->next)
+      fn(arg, e);
 }
 
 int lct__store_remove(lct__store *s, const uint8_t *key, size_t len) {

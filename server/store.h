@@ -42,6 +42,7 @@ typedef struct lct__entry {
   lct_codebook codebook;    /* reused by the key's next put */
   size_t n_segments;
   lct__segment *segments;
+  int persisted;            /* persist_dir holds this version (the one mutable field) */
 } lct__entry;
 
 /* A new entry holding one reference, with n_segments zeroed segments. */
@@ -64,6 +65,13 @@ lct__entry *lct__store_find(const lct__store *store, const uint8_t *key, size_t 
  * versions increase and a deleted and re-put key never repeats one), and
  * dropping the entry it replaces. */
 void lct__store_install(lct__store *store, lct__entry *e);
+/* Publishes e with the version it carries (a snapshot restored at start),
+ * taking over the caller's reference; later versions continue above it. A
+ * key already present at a higher version keeps it and e is dropped. */
+void lct__store_restore(lct__store *store, lct__entry *e);
+/* Calls fn on every entry (borrowed), in no particular order; fn must not
+ * change the store. */
+void lct__store_each(const lct__store *store, void (*fn)(void *arg, lct__entry *e), void *arg);
 /* Unpublishes a key; LCT_ENOENT if absent. */
 int lct__store_remove(lct__store *store, const uint8_t *key, size_t len);
 uint64_t lct__store_count(const lct__store *store);

@@ -7,6 +7,8 @@
 #include <nanomsg/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lct_error.h"
 #include "log.h"
@@ -23,6 +25,7 @@ typedef struct lct__sock {
   int fd;          /* nanomsg socket */
   uv_poll_t poll;
   int polling;
+  int tcp;         /* a tcp:// endpoint */
   const char *endpoint;
 } lct__sock;
 
@@ -68,9 +71,20 @@ static void lct__transport_abort(uv_loop_t *loop, lct__transport *t) {
   lct__transport_free(t);
 }
 
-int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_msg,
-                        lct__on_message cb, void *arg, lct__transport **out, char *err,
-                        size_t errlen) {
+/* Gives an ipc endpoint's socket file its mode and group. */
+static int lct__ipc_access(const char *endpoint, int mode, gid_t gid, char *err, size_t errlen) {
+  const char *path = endpoint + 6; /* after "ipc://" */
+  if (chmod(path, (mode_t)mode) != 0 || (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0)) {
+    snprintf(err, errlen, "%s: cannot set mode %04o%s on %s: %s", endpoint, (unsigned)mode,
+             gid != (gid_t)-1 ? " and group" : "", path, strerror(errno));
+    return LCT_EIO;
+  }
+  return 0;
+}
+
+int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_msg, int ipc_mode,
+                        gid_t ipc_gid, lct__on_message cb, void *arg, lct__transport **out,
+                        char *err, size_t errlen) {
   lct__transport *t = calloc(1, sizeof *t + (size_t)n * sizeof(lct__sock));
   if (t == NULL)
     return LCT_ENOMEM;
@@ -84,6 +98,10 @@ int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_
     s->t = t;
     s->index = i;
     s->endpoint = endpoints[i];
+    s->tcp = strncmp(s->endpoint, "tcp://", 6) == 0;
+    int ipc = strncmp(s->endpoint, "ipc://", 6) == 0;
+    /* The socket file is created by the bind: no moment with wider access. */
+    mode_t mask = ipc ? umask((mode_t)(~ipc_mode & 0777)) : 0;
     const char *what = "socket";
     int fd = -1;
     size_t sz = sizeof fd;
@@ -93,14 +111,23 @@ int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_
          nn_setsockopt(s->fd, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_msg, sizeof max_msg) < 0) ||
         (what = "NN_SNDBUF", nn_setsockopt(s->fd, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf) < 0) ||
         (what = "NN_RCVBUF", nn_setsockopt(s->fd, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf) < 0) ||
-        (strncmp(s->endpoint, "tcp://", 6) == 0 &&
+        (s->tcp &&
          (what = "NN_TCP_NODELAY",
           nn_setsockopt(s->fd, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0)) ||
         (what = "bind", nn_bind(s->fd, s->endpoint) < 0) ||
         (what = "NN_RCVFD", nn_getsockopt(s->fd, NN_SOL_SOCKET, NN_RCVFD, &fd, &sz) < 0)) {
       snprintf(err, errlen, "%s: %s: %s", s->endpoint, what, nn_strerror(nn_errno()));
+      if (ipc)
+        umask(mask);
       lct__transport_abort(loop, t);
       return LCT_EIO;
+    }
+    if (ipc) {
+      umask(mask);
+      if (lct__ipc_access(s->endpoint, ipc_mode, ipc_gid, err, errlen) != 0) {
+        lct__transport_abort(loop, t);
+        return LCT_EIO;
+      }
     }
     int rc = uv_poll_init(loop, &s->poll, fd);
     if (rc == 0) {
@@ -137,6 +164,18 @@ int lct__transport_send(lct__transport *t, int sock, void *control, void *msg, s
     return LCT_EIO;
   }
   return 0;
+}
+
+int lct__transport_is_tcp(const lct__transport *t, int sock) { return t->socks[sock].tcp; }
+
+uint64_t lct__transport_clients(const lct__transport *t) {
+  uint64_t n = 0;
+  for (int i = 0; i < t->n; i++) {
+    uint64_t c = nn_get_statistic(t->socks[i].fd, NN_STAT_CURRENT_CONNECTIONS);
+    if (c != (uint64_t)-1)
+      n += c;
+  }
+  return n;
 }
 
 void lct__transport_stop(lct__transport *t) {

@@ -3,6 +3,8 @@
 #define LCT_SERVER_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 typedef struct lct__transport lct__transport;
@@ -13,10 +15,17 @@ typedef struct lct__transport lct__transport;
 typedef void (*lct__on_message)(void *arg, int sock, void *msg, size_t len, void *control);
 
 /* Binds one raw REP socket per endpoint with NN_RCVMAXSIZE max_msg and polls
- * them on loop. Returns 0 or LCT_EIO with a message naming the endpoint. */
-int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_msg,
-                        lct__on_message cb, void *arg, lct__transport **out, char *err,
-                        size_t errlen);
+ * them on loop. An ipc socket file gets permission bits ipc_mode and, unless
+ * ipc_gid is (gid_t)-1, group ipc_gid. Returns 0 or LCT_EIO with a message
+ * naming the endpoint. */
+int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_msg, int ipc_mode,
+                        gid_t ipc_gid, lct__on_message cb, void *arg, lct__transport **out,
+                        char *err, size_t errlen);
+
+/* Whether socket sock is a tcp endpoint (where the auth token applies). */
+int lct__transport_is_tcp(const lct__transport *t, int sock);
+/* Connections currently open over all endpoints. */
+uint64_t lct__transport_clients(const lct__transport *t);
 
 /* Sends msg (an nn_allocmsg buffer of len bytes) back along control; takes
  * both. A raw REP socket never blocks: a peer that went away (or is not

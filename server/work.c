@@ -34,6 +34,7 @@ typedef struct lct__put_job {
   size_t pending;
   lct__put_cb cb;
   void *arg;
+  uint64_t started;    /* uv_hrtime at the start of the codec work */
   size_t n_tasks;
   lct__put_task tasks[];
 } lct__put_job;
@@ -120,6 +121,7 @@ static void lct__put_finish(lct__put_job *job, int rc, const char *why) {
     e->stored_bytes += sg->blob_bytes;
   }
   srv->stats.encoded_bytes += e->raw_bytes;
+  srv->stats.encode_ns += uv_hrtime() - job->started;
   lct__store_install(srv->store, e);
   job->cb(job->arg, 0, NULL, e);
   free(job);
@@ -273,6 +275,7 @@ int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const l
   job->cb = cb;
   job->arg = arg;
   job->n_tasks = n_seg;
+  job->started = uv_hrtime();
   unsigned s = lct_dtype_symbol_bits(decl->dtype);
   job->hist_len = s ? (size_t)1 << s : 0;
   int round = LCT__DO_CRC;
@@ -310,6 +313,7 @@ typedef struct lct__get_job {
   size_t pending;
   lct__get_cb cb;
   void *arg;
+  uint64_t started; /* uv_hrtime when the decode was queued */
   size_t n_tasks;
   lct__get_task tasks[];
 } lct__get_job;
@@ -351,6 +355,7 @@ static void lct__get_task_done(uv_work_t *w, int status) {
     rc = job->tasks[i].rc;
     job->srv->stats.decoded_bytes += job->e->segments[job->tasks[i].seg].raw_bytes;
   }
+  job->srv->stats.decode_ns += uv_hrtime() - job->started;
   if (rc != 0)
     lct__log_error("decoding '%.*s' version %llu failed: %s",
                    (int)(job->e->key_len > 64 ? 64 : job->e->key_len), (const char *)job->e->key,
@@ -379,6 +384,7 @@ int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t le
   job->arg = arg;
   job->n_tasks = n;
   job->pending = n;
+  job->started = uv_hrtime();
   for (size_t i = 0; i < n; i++) {
     lct__get_task *t = &job->tasks[i];
     t->job = job;

@@ -768,7 +768,7 @@ static void start_http(void) {
   static char addr[32];
   http_port = test_free_port();
   snprintf(addr, sizeof addr, "127.0.0.1:%d", http_port);
-  const char *extra[] = {"--http", addr, NULL};
+  const char *extra[] = {"--metrics", addr, NULL};
   test_lctd_start(&daemon_, extra);
 }
 

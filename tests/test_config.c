@@ -70,7 +70,7 @@ Test(config, set_and_bounds) {
   cr_assert_eq(lct__config_set(&c, "backend", "tpu", 2, err, sizeof err), LCT_ECONFIG);
   cr_assert(strstr(err, "backend") && strstr(err, "tpu"), "%s", err);
   cr_assert_eq(lct__config_set(&c, "device", "256", 2, err, sizeof err), LCT_ECONFIG);
-  cr_assert(strstr(err, "outside"), "%s", err);
+  cr_assert(strstr(err, "device: '256' is not allowed: expected an integer from 0 to 255"), "%s", err);
   cr_assert_eq(lct__config_set(&c, "device", "255", 2, err, sizeof err), 0);
   cr_assert_eq(lct__config_set(&c, "frame-size", "1K", 2, err, sizeof err), LCT_ECONFIG, "below the minimum");
   cr_assert_eq(lct__config_set(&c, "frame-size", "2G", 2, err, sizeof err), LCT_ECONFIG, "above int range");
@@ -161,4 +161,68 @@ Test(config, listen_limit) {
   cr_assert_eq(lct__config_set(&c, "listen", "ipc:///tmp/one-more.sock", 2, err, sizeof err), LCT_ECONFIG);
   cr_assert_eq(c.n_listen, LCT__LISTEN_MAX);
   lct__config_free(&c);
+}
+
+Test(config, names_and_errors) {
+  lct__config c;
+  lct__config_init(&c);
+  char err[256];
+  cr_assert_eq(lct__config_set(&c, "frame_size", "1M", 1, err, sizeof err), 0, "file spelling");
+  cr_assert_eq(lct__config_set(&c, "frame-size", "2M", 2, err, sizeof err), 0, "flag spelling");
+  cr_assert_eq(c.frame_size, 2u << 20);
+  cr_assert_str_eq(c.metrics, "", "the stats endpoint is off unless configured");
+  cr_assert_eq(c.ipc_mode, 0660);
+  struct {
+    const char *name, *value, *want;
+  } bad[] = {
+      {"log_level", "loud", "log_level: 'loud' is not allowed: expected one of error, warn, info, debug"},
+      {"metrics", "localhost:80", "metrics: 'localhost:80' is not allowed: expected off, or HOST:PORT"},
+      {"ipc_mode", "8", "ipc_mode: '8' is not allowed: expected octal permission bits"},
+      {"max_key_length", "0", "max_key_length: '0' is not allowed: expected an integer from 1 to 1024"},
+      {"listen", "udp://x", "listen: 'udp://x' is not allowed: expected tcp://HOST:PORT or ipc:///PATH"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_assert_eq(lct__config_set(&c, bad[i].name, bad[i].value, 2, err, sizeof err), LCT_ECONFIG);
+    cr_assert(strstr(err, bad[i].want) && !strchr(err, '\n'), "'%s'", err);
+  }
+  cr_assert_eq(lct__config_set(&c, "metrics", "[::1]:9878", 2, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(lct__config_set(&c, "metrics", "off", 2, err, sizeof err), 0);
+  cr_assert_str_eq(c.metrics, "");
+  lct__config_free(&c);
+}
+
+Test(config, reload_takes_reloadable_settings_only) {
+  lct__config cur, fresh;
+  lct__config_init(&cur);
+  lct__config_init(&fresh);
+  char err[256];
+  cr_assert_eq(lct__config_set(&fresh, "log_level", "debug", 1, err, sizeof err), 0);
+  cr_assert_eq(lct__config_set(&fresh, "auth_token_file", "/etc/lct/token", 1, err, sizeof err), 0);
+  cr_assert_eq(lct__config_set(&fresh, "frame_size", "1M", 1, err, sizeof err), 0);
+  cr_assert_eq(lct__config_reload(&cur, &fresh), 2);
+  cr_assert_eq(cur.log_level, LCT__LOG_DEBUG);
+  cr_assert_str_eq(cur.auth_token_file, "/etc/lct/token");
+  cr_assert_eq(cur.frame_size, 16u << 20, "frame_size needs a restart");
+  cr_assert_eq(lct__config_reload(&cur, &fresh), 0, "nothing left to take");
+  lct__config_free(&cur);
+  lct__config_free(&fresh);
+}
+
+Test(config, example_lists_every_setting) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  lct__config_example(f);
+  fclose(f);
+  const char *keys[] = {"listen", "backend", "memory", "frame_size", "metrics", "auth_token_file",
+                        "ipc_mode", "ipc_group", "max_key_length", "max_tensor_size", "drain_timeout"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char line[64];
+    snprintf(line, sizeof line, "\n%s", keys[i]);
+    char commented[64];
+    snprintf(commented, sizeof commented, "\n# %s", keys[i]);
+    cr_assert(strstr(buf, line) || strstr(buf, commented), "%s missing", keys[i]);
+  }
+  cr_assert(strstr(buf, "\nmetrics 127.0.0.1:9878\n"), "the service turns the stats endpoint on, on loopback");
+  free(buf);
 }

@@ -31,7 +31,7 @@ Test(stats, count_and_render) {
   cr_assert(strstr(text, "lct_tensors 3\n"));
   cr_assert(strstr(text, "lct_stored_bytes 12345\n"));
   cr_assert(strstr(text, "lct_codebook_rebuilds_total 2\n"));
-  cr_assert(strstr(text, "lct_info{backend=\"cpu\"} 1\n"));
+  cr_assert(strstr(text, "lct_build_info{backend=\"cpu\"} 1\n"));
   cr_assert(strstr(text, "# TYPE lct_tensors gauge\n"));
   cr_assert_null(strstr(text, "op=\"put\",status=\"ok\""), "zero counters are not rendered");
   free(text);

@@ -155,3 +155,24 @@ Test(store, list_pages_cover_everything_once) {
   cr_assert_eq(total, 1000);
   cr_assert_eq(pages, 16);
 }
+
+static void count_entry(void *arg, lct__entry *e) { (*(int *)arg)++; }
+
+Test(store, restore_keeps_versions) {
+  lct__entry *e = entry("a", 10, 4);
+  e->version = 41;
+  lct__store_restore(store, e);
+  cr_assert_eq(find("a")->version, 41);
+  e = entry("a", 10, 4);
+  e->version = 7;
+  lct__store_restore(store, e); /* older than the one present: dropped */
+  cr_assert_eq(find("a")->version, 41);
+  lct__store_install(store, entry("b", 10, 4));
+  cr_assert_eq(find("b")->version, 42, "new versions continue above the restored ones");
+  cr_assert_eq(stats.tensors, 2);
+  cr_assert_eq(stats.dtype_tensors[LCT_DTYPE_RAW], 2);
+  cr_assert_eq(stats.dtype_stored[LCT_DTYPE_RAW], 8);
+  int n = 0;
+  lct__store_each(store, count_entry, &n);
+  cr_assert_eq(n, 2);
+}

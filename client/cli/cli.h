@@ -21,8 +21,11 @@ int cli_ls(int argc, char **argv);
 int cli_stat(int argc, char **argv);
 int cli_stats(int argc, char **argv);
 int cli_ping(int argc, char **argv);
+int cli_save(int argc, char **argv);
 /* lctd endpoint from --endpoint; NULL: $LCT_ENDPOINT or the default. */
 extern const char *cli_endpoint;
+/* Token file from --auth-token-file; NULL: $LCT_AUTH_TOKEN_FILE or none. */
+extern const char *cli_auth_token_file;
 
 /* Prints "lct: <message>" on stderr; returns 1 (the exit status). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

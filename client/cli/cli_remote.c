@@ -1,4 +1,4 @@
-/* cli_remote.c — `lct put/get/rm/ls/stat/stats/ping`: talk to a running lctd through liblct.
+/* cli_remote.c — `lct put/get/rm/ls/stat/stats/ping/save`: talk to a running lctd through liblct.
  *
  * Files are raw bytes or .npy. NumPy has no bfloat16 or float8: `get` writes
  * bf16 tensors with descr '|V2' and f8 tensors with '|V1' (view them with
@@ -18,6 +18,7 @@
 #include "lct.h"
 
 const char *cli_endpoint;
+const char *cli_auth_token_file;
 
 /* Options every remote command accepts, and its positional arguments. */
 typedef struct remote_args {
@@ -34,6 +35,7 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
     const char *arg = argv[i];
     const char **slot = NULL;
     if (strcmp(arg, "--endpoint") == 0) slot = &cli_endpoint;
+    else if (strcmp(arg, "--auth-token-file") == 0) slot = &cli_auth_token_file;
     else if (strcmp(arg, "--dtype") == 0) slot = &a->dtype;
     else if (strcmp(arg, "--shape") == 0) slot = &a->shape;
     else if (strcmp(arg, "--limit") == 0) {
@@ -57,11 +59,13 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
 static int remote_connect(const char *cmd, lct_client **c) {
   lct_options o = {0};
   o.endpoint = cli_endpoint;
+  o.auth_token_file = cli_auth_token_file;
   int rc = lct_connect(&o, c);
   if (rc != 0) {
     const char *ep = cli_endpoint ? cli_endpoint : getenv("LCT_ENDPOINT");
-    return cli_fail("%s: cannot reach lctd at %s: %s", cmd, ep && *ep ? ep : LCT_DEFAULT_ENDPOINT,
-                    lct_strerror(rc));
+    return cli_fail("%s: cannot reach lctd at %s: %s%s", cmd, ep && *ep ? ep : LCT_DEFAULT_ENDPOINT,
+                    lct_strerror(rc),
+                    rc == LCT_EACCES ? " (give the server's token file with --auth-token-file)" : "");
   }
   return 0;
 }
@@ -338,5 +342,18 @@ int cli_ping(int argc, char **argv) {
   double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
   printf("%s, backend %s, protocol %d, frame %" PRIu64 " bytes: %.0f us\n", info.server, info.backend,
          info.protocol, info.frame_bytes, us);
+  return 0;
+}
+
+int cli_save(int argc, char **argv) {
+  remote_args a;
+  if (remote_parse(argc, argv, 0, &a)) return 1;
+  lct_client *c;
+  if (remote_connect("save", &c)) return 1;
+  uint64_t written;
+  int rc = lct_save(c, &written);
+  if (rc) return remote_fail("save", "", c, rc);
+  lct_close(c);
+  printf("saved: %" PRIu64 " tensors written\n", written);
   return 0;
 }

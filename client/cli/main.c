@@ -14,30 +14,41 @@ static const cli_command commands[] = {
     {"stat", "stat KEY                    show a tensor's metadata", cli_stat},
     {"stats", "stats                       server counters (Prometheus text)", cli_stats},
     {"ping", "ping                        check that lctd answers", cli_ping},
+    {"save", "save                        have lctd write its tensors to its persist_dir now", cli_save},
 };
 
 static int usage(FILE *to) {
-  fputs("usage: lct [--endpoint EP] COMMAND [ARGS]\n\ncommands:\n", to);
+  fputs("usage: lct [--endpoint EP] [--auth-token-file FILE] COMMAND [ARGS]\n\ncommands:\n", to);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(to, "  %s\n", commands[i].usage);
   fputs("\nDT is f32, bf16, f16, f8e4m3, f8e5m2 or raw; by default it comes from a .f32. / .bf16. / ... infix\n"
         "in the input file name (or the .npy header).\n"
         "EP is lctd's nanomsg endpoint (tcp://HOST:PORT or ipc:///PATH); default $LCT_ENDPOINT, else\n"
-        "ipc:///tmp/lctd.sock.\n",
+        "ipc:///tmp/lctd.sock.\n"
+        "FILE holds the token an lctd with auth_token_file requires on its tcp endpoints (first line);\n"
+        "default $LCT_AUTH_TOKEN_FILE.\n",
         to);
   return to == stderr ? 2 : 0;
 }
 
 int main(int argc, char **argv) {
-  while (argc >= 2 && strncmp(argv[1], "--endpoint", 10) == 0) {
-    if (argv[1][10] == '=') {
-      cli_endpoint = argv[1] + 11;
-    } else if (argv[1][10] == '\0' && argc >= 3) {
-      cli_endpoint = argv[2];
+  static const struct {
+    const char *flag;
+    const char **slot;
+  } globals[] = {{"--endpoint", &cli_endpoint}, {"--auth-token-file", &cli_auth_token_file}};
+  for (size_t g = 0; argc >= 2 && g < sizeof globals / sizeof globals[0]; g++) {
+    size_t n = strlen(globals[g].flag);
+    if (strncmp(argv[1], globals[g].flag, n) != 0 || (argv[1][n] != '=' && argv[1][n] != '\0'))
+      continue;
+    if (argv[1][n] == '=') {
+      *globals[g].slot = argv[1] + n + 1;
+    } else if (argc >= 3) {
+      *globals[g].slot = argv[2];
       argc--, argv++;
     } else {
       return usage(stderr);
     }
     argc--, argv++;
+    g = (size_t)-1; /* the global options come in any order */
   }
   if (argc < 2) return usage(stderr);
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) return usage(stdout);

@@ -13,6 +13,7 @@ class Options(ctypes.Structure):
         ("timeout_ms", ctypes.c_int),
         ("connect_timeout_ms", ctypes.c_int),
         ("frame_bytes", ctypes.c_size_t),
+        ("auth_token_file", ctypes.c_char_p),
     ]
 
 

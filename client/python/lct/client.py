@@ -1,6 +1,7 @@
 """client.py — lct.Client: put/get/stat/list/delete of named tensors in lctd through liblct."""
 import ctypes
 import dataclasses
+import os
 import sys
 import threading
 import weakref
@@ -274,14 +275,13 @@ class Client:
     ipc:///tmp/lctd.sock. timeout_ms: per request (None: 30 s; negative:
     forever). connect_timeout_ms: for the first ping (None: 5 s). frame_bytes:
     payload bytes per message (None: 16 MiB, lowered to the server's limit).
+    auth_token_file: file holding the token an lctd with auth_token_file
+    requires on tcp endpoints (None: $LCT_AUTH_TOKEN_FILE, else none).
     A Client may be shared between threads: its calls are serialized.
     """
 
     def __init__(self, endpoint=None, auth_token_file=None, timeout_ms=None,
                  connect_timeout_ms=None, frame_bytes=None):
-        if auth_token_file is not None:
-            raise NotImplementedError("auth_token_file: this liblct has no authentication "
-                                      "(lct_options carries no token)")
         lib = _native.lib()
         self._lock = threading.Lock()
         self._c = None
@@ -291,6 +291,7 @@ class Client:
             timeout_ms=timeout_ms or 0,
             connect_timeout_ms=connect_timeout_ms or 0,
             frame_bytes=frame_bytes or 0,
+            auth_token_file=os.fsencode(auth_token_file) if auth_token_file is not None else None,
         )
         handle = ctypes.c_void_p()
         rc = lib.lct_connect(ctypes.byref(opts), ctypes.byref(handle))

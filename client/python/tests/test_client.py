@@ -1,5 +1,6 @@
 """test_client.py — lct.Client against a real lctd: round trips of every value kind and dtype, metadata, errors."""
 import array
+import tempfile
 import threading
 import unittest
 
@@ -203,8 +204,18 @@ class TestErrors(LctdTestCase):
         self.assertLctError("LCT_ECONN", lct.Client, "ipc:///tmp/lct-py-nobody-listens.sock",
                             connect_timeout_ms=200)
         self.assertLctError("LCT_EINVAL", lct.Client, "nonsense://x")
-        with self.assertRaises(NotImplementedError):
-            lct.Client(self.lctd.endpoint, auth_token_file="/etc/lct/token")
+        self.assertLctError("LCT_EACCES", lct.Client, self.lctd.endpoint,
+                            auth_token_file="/nonexistent/lct-token")
+
+    def test_auth_token_file_on_ipc(self):
+        # The token travels with every request; an ipc endpoint (access by file
+        # mode and group) ignores it.
+        with tempfile.NamedTemporaryFile("w", suffix=".token") as f:
+            f.write("0123456789abcdef0123\n")
+            f.flush()
+            c = lct.Client(self.lctd.endpoint, auth_token_file=f.name)
+            self.assertTrue(c.ping().server.startswith("lctd "))
+            c.close()
 
 
 @needs_numpy

@@ -1,0 +1,37 @@
+/* notify.c — the systemd readiness protocol (sd_notify): state lines as datagrams to $NOTIFY_SOCKET. */
+#include "notify.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "lct_error.h"
+
+int lct__notify(const char *state) {
+  const char *name = getenv("NOTIFY_SOCKET");
+  if (name == NULL || *name == '\0')
+    return 0;
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  size_t len = strlen(name);
+  if ((name[0] != '/' && name[0] != '@') || len >= sizeof sa.sun_path)
+    return LCT_ECONFIG;
+  memcpy(sa.sun_path, name, len);
+  if (name[0] == '@')
+    sa.sun_path[0] = '\0'; /* abstract namespace */
+  socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (name[0] == '/'));
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return LCT_EIO;
+  ssize_t n;
+  while ((n = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen)) < 0 &&
+         errno == EINTR)
+    ;
+  close(fd);
+  return n == (ssize_t)strlen(state) ? 1 : LCT_EIO;
+}

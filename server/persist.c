@@ -1,0 +1,449 @@
+/* persist.c — snapshots in persist_dir: one file per tensor, written atomically, restored at start. */
+#include "persist.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lct_checksum.h"
+#include "log.h"
+
+/* File layout (deploy/README.md), integers little-endian:
+ *   0   "LCTS"             magic
+ *   4   u32 format         LCT__SNAP_VERSION
+ *   8   u32 key_len        1..LCT_KEY_MAX
+ *   12  u32 dtype
+ *   16  u32 ndim           0..LCT_MAX_DIMS
+ *   20  u32 n_segments     >= 1
+ *   24  u64 shape[8]
+ *   88  u64 raw_bytes
+ *   96  u64 version
+ *   104 u32 checksum       CRC-32C of the raw bytes
+ *   108 u32 reserved = 0
+ *   112 key, then n_segments x {u64 raw_offset, u64 raw_bytes, u64 blob_bytes},
+ *       then the blobs (proto/FORMAT.md) back to back,
+ *   end u32 CRC-32C of every byte before it. */
+#define LCT__SNAP_MAGIC "LCTS"
+#define LCT__SNAP_VERSION 1
+#define LCT__SNAP_HEADER 112
+#define LCT__SNAP_SEGMENT 24
+#define LCT__SNAP_SUFFIX ".lct"
+#define LCT__SNAP_NAME 36 /* 32 hex digits and the suffix */
+#define LCT__SNAP_IO (4u << 20) /* bytes per read or write call */
+
+static void lct__put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static void lct__put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t lct__get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+static uint64_t lct__get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | p[i];
+  return v;
+}
+
+/* The key's file name: two 64-bit FNV-1a hashes (different offset bases) in hex. */
+static void lct__snap_name(const uint8_t *key, size_t len, char name[LCT__SNAP_NAME + 1]) {
+  uint64_t a = UINT64_C(0xcbf29ce484222325), b = UINT64_C(0x84222325cbf29ce4);
+  for (size_t i = 0; i < len; i++) {
+    a = (a ^ key[i]) * UINT64_C(0x100000001b3);
+    b = (b ^ key[i]) * UINT64_C(0x100000001b3);
+  }
+  snprintf(name, LCT__SNAP_NAME + 1, "%016" PRIx64 "%016" PRIx64 LCT__SNAP_SUFFIX, a, b);
+}
+
+static int lct__is_snap_name(const char *name) {
+  if (strlen(name) != LCT__SNAP_NAME || strcmp(name + 32, LCT__SNAP_SUFFIX) != 0)
+    return 0;
+  return strspn(name, "0123456789abcdef") == 32;
+}
+
+static int lct__write_all(int fd, const void *p, size_t len, uint32_t *crc) {
+  *crc = lct_crc32c(*crc, p, len);
+  for (const uint8_t *b = p; len > 0;) {
+    ssize_t n = write(fd, b, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    b += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* ---- save ----------------------------------------------------------------- */
+
+typedef struct lct__save {
+  lct__server *srv;
+  int dir;           /* persist_dir, open */
+  uint8_t *buf;      /* host staging for blobs of a device backend */
+  size_t buf_cap;
+  char (*names)[LCT__SNAP_NAME + 1]; /* the file name of every stored key */
+  size_t n_names;
+  lct__persist_result *r;
+} lct__save;
+
+/* Writes one entry to a temporary file and renames it into place. */
+static int lct__save_entry(lct__save *sv, lct__entry *e, const char *name) {
+  const lct__backend *be = lct__pool_backend(sv->srv->pool);
+  char tmp[LCT__SNAP_NAME + 8];
+  snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+  int fd = openat(sv->dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0)
+    return -1;
+  uint8_t head[LCT__SNAP_HEADER];
+  memset(head, 0, sizeof head);
+  memcpy(head, LCT__SNAP_MAGIC, 4);
+  lct__put32(head + 4, LCT__SNAP_VERSION);
+  lct__put32(head + 8, (uint32_t)e->key_len);
+  lct__put32(head + 12, (uint32_t)e->dtype);
+  lct__put32(head + 16, (uint32_t)e->ndim);
+  lct__put32(head + 20, (uint32_t)e->n_segments);
+  for (int i = 0; i < LCT_MAX_DIMS; i++)
+    lct__put64(head + 24 + 8 * i, e->shape[i]);
+  lct__put64(head + 88, e->raw_bytes);
+  lct__put64(head + 96, e->version);
+  lct__put32(head + 104, e->checksum);
+  uint32_t crc = 0;
+  uint64_t bytes = LCT__SNAP_HEADER + e->key_len + 4;
+  int rc = lct__write_all(fd, head, sizeof head, &crc) || lct__write_all(fd, e->key, e->key_len, &crc);
+  for (size_t i = 0; rc == 0 && i < e->n_segments; i++) {
+    uint8_t seg[LCT__SNAP_SEGMENT];
+    lct__put64(seg, e->segments[i].raw_offset);
+    lct__put64(seg + 8, e->segments[i].raw_bytes);
+    lct__put64(seg + 16, e->segments[i].blob_bytes);
+    rc = lct__write_all(fd, seg, sizeof seg, &crc);
+    bytes += sizeof seg + e->segments[i].blob_bytes;
+  }
+  for (size_t i = 0; rc == 0 && i < e->n_segments; i++) {
+    const lct__segment *sg = &e->segments[i];
+    for (size_t off = 0; rc == 0 && off < sg->blob_bytes; off += LCT__SNAP_IO) {
+      size_t n = sg->blob_bytes - off < LCT__SNAP_IO ? sg->blob_bytes - off : LCT__SNAP_IO;
+      rc = be->ops->read(be->ctx, (const uint8_t *)sg->blob + off, n, sv->buf) != 0 ||
+           lct__write_all(fd, sv->buf, n, &crc);
+    }
+  }
+  uint8_t trailer[4];
+  lct__put32(trailer, crc);
+  if (rc == 0)
+    rc = lct__write_all(fd, trailer, 4, &crc);
+  if (rc == 0)
+    rc = fsync(fd);
+  if (close(fd) != 0)
+    rc = -1;
+  if (rc == 0)
+    rc = renameat(sv->dir, tmp, sv->dir, name);
+  if (rc != 0) {
+    int saved = errno;
+    unlinkat(sv->dir, tmp, 0);
+    errno = saved;
+    return -1;
+  }
+  sv->r->written_bytes += bytes;
+  return 0;
+}
+
+static void lct__save_one(void *arg, lct__entry *e) {
+  lct__save *sv = arg;
+  char *name = sv->names[sv->n_names++];
+  lct__snap_name(e->key, e->key_len, name);
+  if (e->persisted)
+    return;
+  if (lct__save_entry(sv, e, name) != 0) {
+    lct__log_error("persist: cannot write '%.*s' version %" PRIu64 " to %s/%s: %s",
+                   (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, e->version,
+                   sv->srv->cfg.persist_dir, name, strerror(errno));
+    sv->r->failed++;
+    return;
+  }
+  e->persisted = 1;
+  sv->r->written++;
+}
+
+static int lct__name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+int lct__persist_save(lct__server *srv, lct__persist_result *r) {
+  memset(r, 0, sizeof *r);
+  lct__stats *st = &srv->stats;
+  lct__save sv = {srv, -1, NULL, 0, NULL, 0, r};
+  int rc = LCT_EIO;
+  sv.dir = open(srv->cfg.persist_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  sv.buf = malloc(LCT__SNAP_IO);
+  uint64_t n = lct__store_count(srv->store);
+  sv.names = malloc((n ? n : 1) * sizeof *sv.names);
+  if (sv.dir < 0 || sv.buf == NULL || sv.names == NULL) {
+    lct__log_error("persist: cannot save to %s: %s", srv->cfg.persist_dir,
+                   sv.dir < 0 ? strerror(errno) : "out of memory");
+    goto out;
+  }
+  lct__store_each(srv->store, lct__save_one, &sv);
+  /* Files of keys deleted since the last save. */
+  qsort(sv.names, sv.n_names, sizeof *sv.names, lct__name_cmp);
+  int dfd = dup(sv.dir);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (d == NULL) {
+    if (dfd >= 0)
+      close(dfd);
+    lct__log_error("persist: cannot list %s: %s", srv->cfg.persist_dir, strerror(errno));
+    goto out;
+  }
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    if (lct__is_snap_name(de->d_name) &&
+        bsearch(de->d_name, sv.names, sv.n_names, sizeof *sv.names, lct__name_cmp) == NULL) {
+      if (unlinkat(sv.dir, de->d_name, 0) == 0)
+        r->removed++;
+      else
+        lct__log_error("persist: cannot remove %s/%s: %s", srv->cfg.persist_dir, de->d_name,
+                       strerror(errno));
+    }
+  }
+  closedir(d);
+  if (fsync(sv.dir) != 0) {
+    lct__log_error("persist: fsync %s: %s", srv->cfg.persist_dir, strerror(errno));
+    goto out;
+  }
+  rc = r->failed == 0 ? 0 : LCT_EIO;
+out:
+  if (sv.dir >= 0)
+    close(sv.dir);
+  free(sv.buf);
+  free(sv.names);
+  st->persist_saves++;
+  st->persist_written += r->written;
+  st->persist_failures += r->failed + (rc != 0 && r->failed == 0);
+  return rc;
+}
+
+/* ---- load ----------------------------------------------------------------- */
+
+typedef struct lct__reader {
+  FILE *f;
+  uint32_t crc;
+} lct__reader;
+
+static int lct__read(lct__reader *rd, void *p, size_t len) {
+  if (fread(p, 1, len, rd->f) != len)
+    return -1;
+  rd->crc = lct_crc32c(rd->crc, p, len);
+  return 0;
+}
+
+/* Reads and checks one snapshot file into a new entry. Returns 0, LCT_ECORRUPT
+ * (with why), or the pool's LCT_ENOSPC / LCT_ENOMEM. */
+static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_t *buf,
+                          lct__entry **out, const char **why) {
+  const lct__backend *be = lct__pool_backend(srv->pool);
+  lct__reader rd = {f, 0};
+  uint8_t head[LCT__SNAP_HEADER];
+  *why = "truncated";
+  if (file_bytes < LCT__SNAP_HEADER + 4 || lct__read(&rd, head, sizeof head) != 0)
+    return LCT_ECORRUPT;
+  *why = "bad header";
+  uint32_t key_len = lct__get32(head + 8), dtype = lct__get32(head + 12), ndim = lct__get32(head + 16);
+  uint32_t n_seg = lct__get32(head + 20);
+  if (memcmp(head, LCT__SNAP_MAGIC, 4) != 0 || lct__get32(head + 4) != LCT__SNAP_VERSION ||
+      lct__get32(head + 108) != 0 || key_len == 0 || key_len > LCT_KEY_MAX || ndim > LCT_MAX_DIMS ||
+      n_seg == 0 || n_seg > (file_bytes - LCT__SNAP_HEADER) / LCT__SNAP_SEGMENT)
+    return LCT_ECORRUPT;
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  uint64_t shape[LCT_MAX_DIMS];
+  for (int i = 0; i < LCT_MAX_DIMS; i++)
+    shape[i] = lct__get64(head + 24 + 8 * i);
+  m.has_dtype = 1;
+  m.dtype = dtype;
+  m.n_shape = ndim;
+  m.shape = shape;
+  m.has_raw_bytes = 1;
+  m.raw_bytes = lct__get64(head + 88);
+  lct__put_decl decl;
+  if (lct__put_decl_parse(&m, &decl) != 0)
+    return LCT_ECORRUPT;
+  if ((uint64_t)LCT__SNAP_HEADER + key_len + (uint64_t)n_seg * LCT__SNAP_SEGMENT + 4 > file_bytes)
+    return LCT_ECORRUPT;
+  uint8_t key[LCT_KEY_MAX];
+  *why = "truncated";
+  if (lct__read(&rd, key, key_len) != 0)
+    return LCT_ECORRUPT;
+  *why = "bad key";
+  if (lct_wire_key_check(key, key_len) != 0)
+    return LCT_ECORRUPT;
+  lct__entry *e;
+  int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
+  if (rc != 0)
+    return rc;
+  e->dtype = (int)dtype;
+  e->ndim = (int)ndim;
+  memcpy(e->shape, decl.shape, sizeof e->shape);
+  e->n_elems = decl.n_elems;
+  e->raw_bytes = decl.raw_bytes;
+  e->version = lct__get64(head + 96);
+  e->checksum = lct__get32(head + 104);
+  e->persisted = 1;
+  /* Segments: contiguous, all of the first one's size but a shorter last
+   * one (what a ranged get relies on), blobs within the file. */
+  uint64_t raw_off = 0, blob_total = 0, width = lct_dtype_size((int)dtype);
+  uint64_t budget = file_bytes - LCT__SNAP_HEADER - key_len - (uint64_t)n_seg * LCT__SNAP_SEGMENT - 4;
+  rc = LCT_ECORRUPT;
+  for (uint32_t i = 0; i < n_seg; i++) {
+    uint8_t seg[LCT__SNAP_SEGMENT];
+    *why = "truncated";
+    if (lct__read(&rd, seg, sizeof seg) != 0)
+      goto fail;
+    lct__segment *sg = &e->segments[i];
+    sg->raw_offset = lct__get64(seg);
+    sg->raw_bytes = lct__get64(seg + 8);
+    uint64_t blob = lct__get64(seg + 16);
+    *why = "inconsistent segment table";
+    if (sg->raw_offset != raw_off || sg->raw_bytes > decl.raw_bytes - raw_off || sg->raw_bytes % width ||
+        (i > 0 && sg->raw_bytes > e->segments[0].raw_bytes) ||
+        (i > 0 && i + 1 < n_seg && sg->raw_bytes != e->segments[0].raw_bytes) ||
+        (i + 1 < n_seg && sg->raw_bytes == 0) || blob > budget - blob_total)
+      goto fail;
+    sg->blob_bytes = (size_t)blob;
+    raw_off += sg->raw_bytes;
+    blob_total += blob;
+  }
+  *why = "inconsistent segment table";
+  if (raw_off != decl.raw_bytes || blob_total != budget)
+    goto fail;
+  for (uint32_t i = 0; i < n_seg; i++) {
+    lct__segment *sg = &e->segments[i];
+    if ((rc = lct__pool_alloc(srv->pool, sg->blob_bytes, &sg->blob)) != 0)
+      goto fail;
+    sg->alloc_bytes = sg->blob_bytes;
+    rc = LCT_ECORRUPT;
+    *why = "truncated";
+    for (size_t off = 0; off < sg->blob_bytes; off += LCT__SNAP_IO) {
+      size_t n = sg->blob_bytes - off < LCT__SNAP_IO ? sg->blob_bytes - off : LCT__SNAP_IO;
+      if (lct__read(&rd, buf, n) != 0)
+        goto fail;
+      if (be->ops->write(be->ctx, buf, n, (uint8_t *)sg->blob + off) != 0) {
+        rc = LCT_EIO;
+        *why = "cannot copy into the pool";
+        goto fail;
+      }
+    }
+    e->stored_bytes += sg->blob_bytes;
+  }
+  uint8_t trailer[4];
+  uint32_t crc = rd.crc;
+  *why = "truncated";
+  if (fread(trailer, 1, 4, f) != 4)
+    goto fail;
+  *why = "checksum mismatch";
+  if (lct__get32(trailer) != crc)
+    goto fail;
+  *out = e;
+  return 0;
+fail:
+  lct__entry_unref(e);
+  return rc;
+}
+
+/* Moves a file that failed to load aside, so that saves never remove it. */
+static void lct__set_aside(const lct__server *srv, int dir, const char *name, const char *suffix) {
+  char to[LCT__SNAP_NAME + 16];
+  snprintf(to, sizeof to, "%s%s", name, suffix);
+  if (renameat(dir, name, dir, to) != 0)
+    lct__log_error("persist: cannot rename %s/%s: %s", srv->cfg.persist_dir, name, strerror(errno));
+}
+
+int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
+  const char *path = srv->cfg.persist_dir;
+  if (mkdir(path, 0750) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "persist_dir: cannot create %s: %s", path, strerror(errno));
+    return LCT_EIO;
+  }
+  int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = dir >= 0 ? dup(dir) : -1;
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  uint8_t *buf = malloc(LCT__SNAP_IO);
+  if (d == NULL || buf == NULL) {
+    snprintf(err, errlen, "persist_dir: cannot read %s: %s", path, buf ? strerror(errno) : "out of memory");
+    if (d != NULL)
+      closedir(d);
+    else if (dfd >= 0)
+      close(dfd);
+    if (dir >= 0)
+      close(dir);
+    free(buf);
+    return LCT_EIO;
+  }
+  uint64_t restored = 0, skipped = 0;
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    const char *name = de->d_name;
+    size_t len = strlen(name);
+    if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
+      lct__log_warn("persist: removing %s/%s, left by an interrupted save", path, name);
+      unlinkat(dir, name, 0);
+      continue;
+    }
+    if (!lct__is_snap_name(name))
+      continue;
+    int fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    FILE *f = fd >= 0 && fstat(fd, &sb) == 0 ? fdopen(fd, "rb") : NULL;
+    if (f == NULL) {
+      lct__log_error("persist: cannot read %s/%s: %s; skipped", path, name, strerror(errno));
+      if (fd >= 0)
+        close(fd);
+      skipped++;
+      continue;
+    }
+    lct__entry *e = NULL;
+    const char *why = "";
+    int rc = lct__load_file(srv, f, (uint64_t)sb.st_size, buf, &e, &why);
+    fclose(f);
+    if (rc == LCT_ECORRUPT || rc == LCT_EIO) {
+      lct__log_error("persist: %s/%s is corrupt or partial (%s); skipped and renamed %s.corrupt", path,
+                     name, why, name);
+      lct__set_aside(srv, dir, name, ".corrupt");
+      skipped++;
+      continue;
+    }
+    if (rc != 0) {
+      lct__log_error("persist: %s/%s does not fit (%s); skipped and renamed %s.unloaded", path, name,
+                     lct_strerror(rc), name);
+      lct__set_aside(srv, dir, name, ".unloaded");
+      skipped++;
+      continue;
+    }
+    char want[LCT__SNAP_NAME + 1];
+    lct__snap_name(e->key, e->key_len, want);
+    if (strcmp(want, name) != 0) {
+      lct__log_error("persist: %s/%s holds another key's tensor; skipped and renamed %s.corrupt", path,
+                     name, name);
+      lct__entry_unref(e);
+      lct__set_aside(srv, dir, name, ".corrupt");
+      skipped++;
+      continue;
+    }
+    lct__store_restore(srv->store, e);
+    restored++;
+  }
+  closedir(d);
+  close(dir);
+  free(buf);
+  srv->stats.persist_restored = restored;
+  srv->stats.persist_skipped = skipped;
+  lct__log_info("persist: restored %" PRIu64 " tensors from %s%s", restored, path,
+                skipped ? " (some files skipped: see above)" : "");
+  return 0;
+}

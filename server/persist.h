@@ -1,0 +1,31 @@
+/* persist.h — snapshots in persist_dir: one file per tensor, written atomically, restored at start. */
+#ifndef LCT_SERVER_PERSIST_H
+#define LCT_SERVER_PERSIST_H
+
+#include <stdint.h>
+
+#include "server.h"
+
+typedef struct lct__persist_result {
+  uint64_t written;       /* tensors written by this save */
+  uint64_t written_bytes; /* their file bytes */
+  uint64_t removed;       /* files of deleted keys removed */
+  uint64_t failed;        /* tensors that could not be written (logged) */
+} lct__persist_result;
+
+/* Writes every tensor not yet in srv->cfg.persist_dir (each to a temporary
+ * file, fsync'd, renamed over the key's file), removes the files of keys no
+ * longer stored, and fsyncs the directory. Runs on the loop thread, which it
+ * holds for the duration. Returns 0, or LCT_EIO when any tensor or the
+ * directory failed (the others are still saved; r says how many). */
+int lct__persist_save(lct__server *srv, lct__persist_result *r);
+
+/* Restores every snapshot file of persist_dir into the store with its
+ * version, checksum and coded bytes. A corrupt or truncated file is logged,
+ * renamed NAME.corrupt and skipped; one that does not fit the pool is renamed
+ * NAME.unloaded; leftover temporary files of an interrupted save are removed.
+ * Never fails for a bad file; LCT_EIO only when the directory itself cannot
+ * be read or created. */
+int lct__persist_load(lct__server *srv, char *err, size_t errlen);
+
+#endif

@@ -67,6 +67,36 @@ int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_in
 /* Same, into a malloc'd buffer of info->raw_bytes bytes (free with free()). */
 int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
 
+/* GPU buffers. lct_put_device and lct_get_device take a pointer into CUDA
+ * device memory (cudaMalloc'd, directly or through an allocator such as
+ * PyTorch's) instead of host memory. When lctd runs on the same host with the
+ * cuda backend on the same GPU, the tensor moves device to device and no byte
+ * passes through the socket or host memory: liblct sends the CUDA IPC handle
+ * of the allocation the buffer lies in (exported once per allocation and
+ * cached), and lctd, which keeps the mapping open in a bounded cache, encodes
+ * straight from the buffer and decodes straight into it. Otherwise (a
+ * cpu-backend or remote lctd, another GPU, memory that cannot be shared by
+ * IPC such as cudaMallocAsync pools, an older server) the call falls back to
+ * the host path by itself: a copy to host memory and lct_put, or lct_get and a
+ * copy back. lctd counts the calls it served (lct_device_ops_total) and those
+ * it sent to the host path, by reason (lct_device_fallbacks_total).
+ *
+ * Synchronization: both calls first synchronize the GPU holding the buffer
+ * (cudaDeviceSynchronize, every stream; the caller's current device is
+ * restored), so work queued before the call that writes the buffer (put) or
+ * uses it (get) has completed. When they return, lctd is done with the
+ * buffer: after a put it may be overwritten; after a get the tensor is in
+ * place for any later work, on any stream. The device get does not re-check
+ * the CRC-32C on the host (the bytes never reach it); lctd's decoder checks
+ * every blob. dptr must not be freed during the call.
+ *
+ * A liblct built without CUDA (LCT_CUDA=OFF, or no toolkit) returns
+ * LCT_ENODEV; a dptr that is not device memory is LCT_EINVAL. Otherwise the
+ * arguments and results are those of lct_put and lct_get (cap: bytes at dptr). */
+int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
+                   const void *dptr, size_t bytes, lct_tensor_info *info);
+int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info);
+
 /* LCT_ENOENT if the key does not exist. */
 int lct_delete(lct_client *c, const char *key);
 int lct_stat(lct_client *c, const char *key, lct_tensor_info *info);
@@ -94,6 +124,8 @@ typedef struct lct_server_stats {
   uint64_t staging_bytes, pending_puts, puts_expired;
   uint64_t codebook_builds, codebook_rebuilds;
   uint64_t requests, errors, bytes_in, bytes_out;
+  uint64_t device_puts, device_gets; /* served device to device (lct_put_device, lct_get_device) */
+  uint64_t device_fallbacks;         /* device calls the server sent to the host path (LCT_ENOIPC) */
 } lct_server_stats;
 
 /* Server counters; text, if not NULL, receives all of them as Prometheus

@@ -14,12 +14,30 @@
 #include "lct_checksum.h"
 #include "lct_wire.h"
 
+#ifdef LCT_CLIENT_CUDA
+#include <cuda.h> /* types only: driver functions are found through the runtime */
+#include <cuda_runtime_api.h>
+#endif
+
 #define LCT__TIMEOUT_DEFAULT 30000
 #define LCT__CONNECT_TIMEOUT_DEFAULT 5000
 #define LCT__STALE_RETRIES 3 /* whole-tensor restarts when a ranged read sees a newer version */
 #define LCT__SOCKET_BUFFER (1 << 20) /* NN_SNDBUF / NN_RCVBUF: 128 KiB slows tcp several-fold */
 
 _Static_assert(LCT_MAX_DIMS == 8, "lct.h and lct_wire.h agree on the rank limit");
+
+#ifdef LCT_CLIENT_CUDA
+#define LCT__IPC_EXPORTS 32 /* IPC handles of allocations kept, by the driver's buffer id */
+#define LCT__GPUS 64        /* device ordinals whose UUID is kept */
+
+/* An allocation's exported IPC handle. */
+typedef struct lct__ipc_export {
+  unsigned long long buffer_id; /* unique per allocation for the process's life; 0: free slot */
+  uint8_t handle[LCT_IPC_HANDLE_BYTES];
+} lct__ipc_export;
+
+typedef CUresult (*lct__cu_attrs_fn)(unsigned n, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr);
+#endif
 
 struct lct_client {
   int sock;
@@ -29,6 +47,13 @@ struct lct_client {
   size_t token_len;      /* 0: no auth token */
   uint8_t token[LCT_TOKEN_MAX];
   char err[512];
+#ifdef LCT_CLIENT_CUDA
+  lct__ipc_export exports[LCT__IPC_EXPORTS];
+  int export_next;                        /* slot the next export replaces */
+  uint8_t gpu_uuid[LCT__GPUS][LCT_GPU_UUID_BYTES];
+  uint8_t gpu_known[LCT__GPUS];
+  lct__cu_attrs_fn pointer_attrs;         /* cuPointerGetAttributes; NULL until first use */
+#endif
 };
 
 /* A reply: the nanomsg buffer and its unpacked header. */
@@ -450,6 +475,238 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
   return lct__get(c, key, NULL, 0, 1, data, info);
 }
 
+/* ---- device buffers ------------------------------------------------------ */
+
+#ifdef LCT_CLIENT_CUDA
+/* What lctd needs to map a device buffer, with the storage its fields point to. */
+typedef struct lct__devbuf {
+  Lctpb__DeviceBuffer msg;
+  int device;
+  uint8_t handle[LCT_IPC_HANDLE_BYTES];
+  uint8_t uuid[LCT_GPU_UUID_BYTES];
+  uint8_t boot_id[LCT_BOOT_ID_BYTES];
+} lct__devbuf;
+
+static int lct__cuda_fail(lct_client *c, cudaError_t e, const char *what) {
+  cudaGetLastError(); /* not sticky: cleared so that the caller's next CUDA call does not see it */
+  return lct__fail(c, LCT_ECUDA, "%s: %s", what, cudaGetErrorString(e));
+}
+
+/* Finds dptr's device and allocation (the driver's cuPointerGetAttributes,
+ * looked up through the runtime: liblct does not link libcuda). */
+static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int *device, CUdeviceptr *start,
+                              unsigned long long *buffer_id) {
+  if (c->pointer_attrs == NULL) {
+    enum cudaDriverEntryPointQueryResult found;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", (void **)&c->pointer_attrs, 12000,
+                                                     cudaEnableDefault, &found);
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      c->pointer_attrs = NULL;
+      return e != cudaSuccess ? lct__cuda_fail(c, e, "no CUDA driver")
+                              : lct__fail(c, LCT_ECUDA, "the CUDA driver has no cuPointerGetAttributes");
+    }
+  }
+  CUmemorytype type = 0;
+  int ordinal = -1;
+  CUdeviceptr base = 0;
+  size_t range = 0;
+  unsigned long long id = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  void *data[] = {&type, &ordinal, &base, &range, &id};
+  CUresult r = c->pointer_attrs(5, attrs, data, (CUdeviceptr)(uintptr_t)dptr);
+  if (r != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || ordinal < 0)
+    return lct__fail(c, LCT_EINVAL, "%p is not CUDA device memory", dptr);
+  uint64_t off = (uint64_t)((uintptr_t)dptr - (uintptr_t)base);
+  if (off > range || bytes > range - off)
+    return lct__fail(c, LCT_EINVAL, "%zu bytes at %p run past their allocation", bytes, dptr);
+  *device = ordinal;
+  *start = base;
+  *buffer_id = id;
+  return 0;
+}
+
+/* Synchronizes dptr's GPU and describes the buffer for lctd: its allocation's
+ * IPC handle (exported once per allocation), the offset into it, the GPU's
+ * UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be shared
+ * by IPC (the host path applies); b->device is set whenever dptr is device memory. */
+static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, lct__devbuf *b) {
+  CUdeviceptr start = 0;
+  unsigned long long id = 0;
+  int rc = lct__device_locate(c, dptr, bytes, &b->device, &start, &id);
+  if (rc != 0)
+    return rc;
+  int prev;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e != cudaSuccess || (e = cudaSetDevice(b->device)) != cudaSuccess)
+    return lct__cuda_fail(c, e, "selecting the buffer's device");
+  if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+    rc = lct__cuda_fail(c, e, "synchronizing the buffer's device");
+    cudaSetDevice(prev); /* best effort: the synchronization's error is the one to report */
+    return rc;
+  }
+  int slot = -1;
+  for (int i = 0; i < LCT__IPC_EXPORTS && slot < 0; i++)
+    if (c->exports[i].buffer_id == id && id != 0)
+      slot = i;
+  rc = 0;
+  if (slot < 0) {
+    cudaIpcMemHandle_t h;
+    if ((e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)start)) != cudaSuccess) {
+      cudaGetLastError();
+      rc = lct__fail(c, LCT_ENOIPC, "cannot export the buffer's allocation: %s", cudaGetErrorString(e));
+    } else {
+      slot = c->export_next;
+      c->export_next = (c->export_next + 1) % LCT__IPC_EXPORTS;
+      c->exports[slot].buffer_id = id;
+      memcpy(c->exports[slot].handle, h.reserved, LCT_IPC_HANDLE_BYTES);
+    }
+  }
+  if (rc == 0 && b->device < LCT__GPUS && !c->gpu_known[b->device]) {
+    struct cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, b->device)) != cudaSuccess) {
+      rc = lct__cuda_fail(c, e, "reading the buffer's device");
+    } else {
+      memcpy(c->gpu_uuid[b->device], prop.uuid.bytes, LCT_GPU_UUID_BYTES);
+      c->gpu_known[b->device] = 1;
+    }
+  }
+  if (rc == 0 && b->device >= LCT__GPUS)
+    rc = lct__fail(c, LCT_ENOIPC, "device %d: beyond the %d this liblct tracks", b->device, LCT__GPUS);
+  if (rc == 0 && lct_wire_boot_id(b->boot_id) != 0)
+    rc = lct__fail(c, LCT_ENOIPC, "cannot read this host's boot id");
+  if ((e = cudaSetDevice(prev)) != cudaSuccess && rc == 0)
+    rc = lct__cuda_fail(c, e, "restoring the current device");
+  if (rc != 0)
+    return rc;
+  memcpy(b->handle, c->exports[slot].handle, LCT_IPC_HANDLE_BYTES);
+  memcpy(b->uuid, c->gpu_uuid[b->device], LCT_GPU_UUID_BYTES);
+  lctpb__device_buffer__init(&b->msg);
+  b->msg.ipc_handle.data = b->handle;
+  b->msg.ipc_handle.len = LCT_IPC_HANDLE_BYTES;
+  b->msg.offset = (uint64_t)((uintptr_t)dptr - (uintptr_t)start);
+  b->msg.size = bytes;
+  b->msg.gpu_uuid.data = b->uuid;
+  b->msg.gpu_uuid.len = LCT_GPU_UUID_BYTES;
+  b->msg.boot_id.data = b->boot_id;
+  b->msg.boot_id.len = LCT_BOOT_ID_BYTES;
+  return 0;
+}
+
+/* Copies bytes between a device buffer on device and host memory, and waits
+ * for the copy to land (a pageable copy to the device may return before). */
+static int lct__device_copy(lct_client *c, int device, void *dst, const void *src, size_t bytes) {
+  int prev;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && (e = cudaSetDevice(device)) == cudaSuccess) {
+    if ((e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)) == cudaSuccess)
+      e = cudaDeviceSynchronize();
+    cudaError_t restore = cudaSetDevice(prev);
+    if (e == cudaSuccess)
+      e = restore;
+  }
+  return e == cudaSuccess ? 0 : lct__cuda_fail(c, e, "copying between the device buffer and host memory");
+}
+
+/* The host path of a device call: the server or the buffer cannot go device to device. */
+static int lct__fallback(int rc) { return rc == LCT_ENOIPC || rc == LCT_EOP; }
+#endif
+
+int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
+                   const void *dptr, size_t bytes, lct_tensor_info *info) {
+#ifdef LCT_CLIENT_CUDA
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  Lctpb__TensorMeta m;
+  int rc;
+  if ((rc = lct__key(c, key, &rq)) != 0 || (rc = lct__put_meta(c, dtype, shape, ndim, bytes, &m)))
+    return rc;
+  if (bytes == 0)
+    return lct_put(c, key, dtype, shape, ndim, NULL, 0, info);
+  if (dptr == NULL)
+    return lct__fail(c, LCT_EINVAL, "no data");
+  lct__devbuf b;
+  if ((rc = lct__device_describe(c, dptr, bytes, &b)) == 0) {
+    rq.op = LCTPB__OP__OP_PUT_DEVICE;
+    rq.meta = &m;
+    rq.device = &b.msg;
+    lct__reply r;
+    if ((rc = lct__call(c, &rq, NULL, 0, &r)) == 0) {
+      if (info != NULL)
+        lct__info_of(r.hdr->meta, info);
+      lct__reply_free(&r);
+      return 0;
+    }
+  }
+  if (!lct__fallback(rc))
+    return rc;
+  void *host = malloc(bytes);
+  if (host == NULL)
+    return lct__fail(c, LCT_ENOMEM, "cannot allocate %zu bytes for the host path", bytes);
+  if ((rc = lct__device_copy(c, b.device, host, dptr, bytes)) == 0)
+    rc = lct_put(c, key, dtype, shape, ndim, host, bytes, info);
+  free(host);
+  return rc;
+#else
+  (void)key, (void)dtype, (void)shape, (void)ndim, (void)dptr, (void)bytes, (void)info;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_put)");
+#endif
+}
+
+int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info) {
+#ifdef LCT_CLIENT_CUDA
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  int rc = lct__key(c, key, &rq);
+  if (rc != 0)
+    return rc;
+  if (cap == 0)
+    return lct_get(c, key, NULL, 0, info);
+  if (dptr == NULL)
+    return lct__fail(c, LCT_EINVAL, "no buffer");
+  lct__devbuf b;
+  if ((rc = lct__device_describe(c, dptr, cap, &b)) == 0) {
+    rq.op = LCTPB__OP__OP_GET_DEVICE;
+    rq.device = &b.msg;
+    lct__reply r;
+    if ((rc = lct__call(c, &rq, NULL, 0, &r)) == 0) {
+      if (r.hdr->meta == NULL) {
+        lct__reply_free(&r);
+        return lct__fail(c, LCT_EPROTO, "device get reply without metadata");
+      }
+      if (info != NULL)
+        lct__info_of(r.hdr->meta, info);
+      lct__reply_free(&r);
+      return 0;
+    }
+    if (rc == LCT_EBUFSIZE && info != NULL) {
+      /* As lct_get: info tells the size needed. */
+      char saved[sizeof c->err];
+      memcpy(saved, c->err, sizeof saved);
+      lct_stat(c, key, info);
+      memcpy(c->err, saved, sizeof saved);
+    }
+  }
+  if (!lct__fallback(rc))
+    return rc;
+  void *host;
+  lct_tensor_info got;
+  if ((rc = lct_get_alloc(c, key, &host, &got)) != 0)
+    return rc;
+  if (info != NULL)
+    *info = got;
+  if (got.raw_bytes > cap)
+    rc = lct__fail(c, LCT_EBUFSIZE, "tensor is %llu bytes; buffer holds %zu", (unsigned long long)got.raw_bytes,
+                   cap);
+  else
+    rc = lct__device_copy(c, b.device, dptr, host, (size_t)got.raw_bytes);
+  free(host);
+  return rc;
+#else
+  (void)key, (void)dptr, (void)cap, (void)info;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
+#endif
+}
+
 /* ---- delete, stat, list, stats ------------------------------------------ */
 
 int lct_delete(lct_client *c, const char *key) {
@@ -595,6 +852,9 @@ int lct_stats(lct_client *c, lct_server_stats *out, char **text) {
     out->errors = s->errors;
     out->bytes_in = s->bytes_in;
     out->bytes_out = s->bytes_out;
+    out->device_puts = s->device_puts;
+    out->device_gets = s->device_gets;
+    out->device_fallbacks = s->device_fallbacks;
   }
   if (text != NULL && (*text = lct__strndup(r.payload, r.payload_len)) == NULL)
     rc = lct__fail(c, LCT_ENOMEM, "out of memory for the stats text");

@@ -114,6 +114,16 @@ int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t count, void 
 int lct_cuda_decode(int dtype, uint64_t n_elems, const void *blob, size_t blob_bytes, void *dst, int *status,
                     void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
+/* Workspace bytes for lct_cuda_crc32c over bytes bytes (4 per KiB). */
+size_t lct_cuda_crc32c_workspace_size(uint64_t bytes);
+
+/* CRC-32C (proto/lct_checksum.h: the value lct_crc32c(0, ...) returns) of
+ * bytes bytes of device memory src, any alignment, into *crc (device or
+ * pinned, 4-byte aligned). workspace: device, workspace_bytes >=
+ * lct_cuda_crc32c_workspace_size(bytes). */
+int lct_cuda_crc32c(const void *src, uint64_t bytes, uint32_t *crc, void *workspace, size_t workspace_bytes,
+                    cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,8 @@ extern "C" {
   XX(ENODEV, 20, "no usable GPU")                                             \
   XX(EIO, 21, "I/O error")                                                    \
   XX(ECONFIG, 22, "invalid configuration")                                    \
-  XX(ESTALE, 23, "tensor changed during a ranged read")
+  XX(ESTALE, 23, "tensor changed during a ranged read")                       \
+  XX(ENOIPC, 24, "no device-to-device path to this server")
 
 typedef enum {
 #define LCT__ERR_ENUM(name, code, msg) LCT_##name = -(code),

@@ -1,6 +1,7 @@
 /* lct_wire.c — frame prefix, split and header validation shared by lctd and liblct. */
 #include "lct_wire.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "lct_error.h"
@@ -67,6 +68,10 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
     rc = LCT_ENAMETOOLONG;
   else if (rq->has_auth_token && rq->auth_token.len > LCT_TOKEN_MAX)
     rc = LCT_EPROTO;
+  else if (rq->device != NULL && (rq->device->ipc_handle.len != LCT_IPC_HANDLE_BYTES ||
+                                   rq->device->gpu_uuid.len != LCT_GPU_UUID_BYTES ||
+                                   rq->device->boot_id.len != LCT_BOOT_ID_BYTES))
+    rc = LCT_EPROTO;
   else if (rq->meta != NULL)
     rc = lct__meta_check(rq->meta);
   if (rc != 0) {
@@ -87,4 +92,13 @@ int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out) {
   }
   *out = rp;
   return 0;
+}
+
+int lct_wire_boot_id(uint8_t out[LCT_BOOT_ID_BYTES]) {
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f == NULL)
+    return LCT_EIO;
+  size_t n = fread(out, 1, LCT_BOOT_ID_BYTES, f);
+  fclose(f);
+  return n == LCT_BOOT_ID_BYTES ? 0 : LCT_EIO;
 }

@@ -21,6 +21,9 @@ extern "C" {
 #define LCT_FRAME_DEFAULT (16u << 20) /* default payload bytes per frame */
 #define LCT_FRAME_MIN (64u << 10)     /* smallest frame size either side accepts */
 #define LCT_FRAME_MAX (1u << 30)      /* largest: frame + header + prefix stays below INT_MAX */
+#define LCT_IPC_HANDLE_BYTES 64       /* DeviceBuffer.ipc_handle: a cudaIpcMemHandle_t */
+#define LCT_GPU_UUID_BYTES 16         /* DeviceBuffer.gpu_uuid */
+#define LCT_BOOT_ID_BYTES 36          /* DeviceBuffer.boot_id: a UUID in text */
 
 /* Largest whole message for a payload bound: what NN_RCVMAXSIZE is set to. */
 static inline int lct_wire_msg_max(size_t frame_bytes) {
@@ -52,6 +55,12 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out);
 
 /* Unpacks a reply header and checks payload_bytes against the frame. */
 int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out);
+
+/* This host's boot id (/proc/sys/kernel/random/boot_id, LCT_BOOT_ID_BYTES
+ * of text, no NUL) into out: two processes with the same one share a host,
+ * and a CUDA IPC handle of one can be opened by the other. LCT_EIO if it
+ * cannot be read. */
+int lct_wire_boot_id(uint8_t out[LCT_BOOT_ID_BYTES]);
 
 /* Checks a key read from the wire or from a caller: 1..LCT_KEY_MAX bytes, no NUL. */
 int lct_wire_key_check(const uint8_t *key, size_t len);

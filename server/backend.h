@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "lct_codec.h"
+#include "lct_error.h"
 
 /* A backend owns blob memory (host memory for cpu, a device region reserved
  * once at start for cuda) and runs the codec between caller host buffers and
@@ -37,12 +38,32 @@ typedef struct lct__backend_ops {
    * into blob memory (snapshots in persist_dir); loop thread. */
   int (*read)(void *ctx, const void *blob, size_t len, void *dst);
   int (*write)(void *ctx, const void *src, size_t len, void *blob);
+  /* ---- the device path: NULL in a backend without one (cpu) ----
+   * Maps a client's GPU allocation by its CUDA IPC handle
+   * (LCT_IPC_HANDLE_BYTES), from a bounded cache of open handles keyed by
+   * the handle's bytes: *base and *size are the allocation as mapped here,
+   * *opened is 1 when this call opened it (a cache miss). LCT_ENOIPC if the
+   * handle cannot be opened (or every cached mapping is in use). Each map is
+   * paired with an unmap of the same base; a mapping in use is never closed.
+   * Loop thread. */
+  int (*ipc_map)(void *ctx, const uint8_t *handle, uint8_t **base, uint64_t *size, int *opened);
+  void (*ipc_unmap)(void *ctx, const uint8_t *base);
+  /* As encode, with src in device memory of this backend's GPU (any
+   * alignment); crc, if not NULL, receives the CRC-32C of the raw bytes. */
+  int (*encode_device)(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+                       void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc);
+  /* CRC-32C of n elements of device memory src, and, with hist (host,
+   * 2^symbol_bits counters, added to), their symbol histogram. */
+  int (*scan_device)(void *ctx, int dtype, const void *src, uint64_t n, uint32_t *crc, uint64_t *hist);
+  /* As decode, into device memory dst of this backend's GPU (any alignment). */
+  int (*decode_device)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
 } lct__backend_ops;
 
 typedef struct lct__backend {
   const lct__backend_ops *ops;
   void *ctx;
   uint64_t capacity; /* bytes the backend can hold; the pool's default capacity */
+  uint8_t gpu_uuid[16]; /* the GPU of the device path (cudaDeviceProp.uuid); zero without one */
 } lct__backend;
 
 /* Host memory and the CPU reference codec; always available. memory 0 picks

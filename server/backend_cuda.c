@@ -1,4 +1,5 @@
-/* backend_cuda.c — the cuda backend: one GPU memory region reserved at start and sub-allocated, the GPU codec per worker stream. */
+/* backend_cuda.c — the cuda backend: one GPU memory region reserved at start and sub-allocated, the GPU codec per worker stream, client buffers mapped by CUDA IPC. */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -7,10 +8,13 @@
 
 #include "backend.h"
 #include "lct_cuda.h"
+#include "lct_wire.h"
 #include "log.h"
 
 #define LCT__CUDA_ALIGN 256 /* blob offsets: the GPU codec needs 8, 256 keeps them cache-line clean */
 #define LCT__CUDA_SYMS (LCT_MAX_SYMS - 1) /* histogram counters: 2^s for the widest dtype */
+#define LCT__CUDA_CRC_WORD (2 + LCT__CUDA_SYMS) /* pinned word receiving a CRC-32C */
+#define LCT__IPC_CACHE 64 /* client allocations kept mapped; the least recently used idle one is closed */
 
 /* What one threadpool worker uses, created at open so that nothing on the
  * request path allocates: a stream, device memory for one segment's raw
@@ -21,7 +25,9 @@ typedef struct lct__cuda_worker {
   void *work;        /* device workspace */
   size_t work_bytes;
   uint64_t *hist;    /* device, LCT__CUDA_SYMS counters */
-  uint64_t *pinned;  /* pinned host: [0] blob bytes, [1] status, [2..] histogram */
+  void *crc_work;    /* device, lct_cuda_crc32c workspace for segment_max bytes */
+  size_t crc_work_bytes;
+  uint64_t *pinned;  /* pinned host: [0] blob bytes, [1] status, [2..] histogram, then a CRC */
   lct_cuda_codebook *dcb; /* device copy of the codebook last used, and its source */
   lct_codebook hcb;
 } lct__cuda_worker;
@@ -32,8 +38,24 @@ typedef struct lct__cuda_free {
   struct lct__cuda_free *next;
 } lct__cuda_free;
 
+/* A client's GPU allocation opened from its IPC handle. */
+typedef struct lct__ipc_map {
+  uint8_t handle[LCT_IPC_HANDLE_BYTES];
+  uint8_t *base; /* NULL: a free slot */
+  uint64_t size;
+  int refs;      /* requests using it: never closed while nonzero */
+  uint64_t used; /* tick of the last map, for eviction */
+} lct__ipc_map;
+
+/* cuMemGetAddressRange, found through the runtime (cudaGetDriverEntryPointByVersion)
+ * so that lctd does not link libcuda and still starts where no driver is. */
+typedef CUresult (*lct__cu_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+
 typedef struct lct__cuda {
   int device;
+  lct__cu_range_fn mem_range;
+  lct__ipc_map ipc[LCT__IPC_CACHE]; /* loop thread only */
+  uint64_t ipc_tick;
   uint8_t *base;      /* the region: cudaMalloc'd once */
   uint64_t capacity;
   uint64_t segment_max;
@@ -157,36 +179,36 @@ static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
   return rc;
 }
 
-static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
-                            void *dst, size_t cap, lct_encode_stats *stats) {
-  lct__cuda *g = ctx;
-  lct__cuda_worker *w;
-  int rc = lct__cuda_worker_get(g, &w);
-  if (rc != 0)
-    return rc;
+/* Encodes n elements at raw (device, aligned to the element size) into dst
+ * on w's stream and waits; crc, if not NULL, receives their CRC-32C. */
+static int lct__cuda_encode_raw(lct__cuda_worker *w, int dtype, const lct_codebook *cb, const void *raw,
+                                uint64_t n, void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc) {
   size_t bytes = n * lct_dtype_size(dtype);
   unsigned s = lct_dtype_symbol_bits(dtype);
-  if (bytes > g->segment_max)
-    return LCT_E2BIG;
+  int rc;
   if (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0)
     return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, bytes, cudaMemcpyHostToDevice, w->stream));
+  if (crc != NULL && (rc = lct_cuda_crc32c(raw, bytes, (uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD], w->crc_work,
+                                           w->crc_work_bytes, w->stream)) != 0)
+    return rc;
   if (cb != NULL && n > 0) {
     /* The exact code bits, for drift detection: a device histogram of the
      * symbols, weighed by the codebook's lengths (ESC plus s bits when absent). */
     LCT__CUDA_TRY(cudaMemsetAsync(w->hist, 0, ((size_t)1 << s) * sizeof(uint64_t), w->stream));
-    if ((rc = lct_cuda_histogram(dtype, w->raw, n, w->hist, w->stream)) != 0)
+    if ((rc = lct_cuda_histogram(dtype, raw, n, w->hist, w->stream)) != 0)
       return rc;
     LCT__CUDA_TRY(cudaMemcpyAsync(w->pinned + 2, w->hist, ((size_t)1 << s) * sizeof(uint64_t),
                                   cudaMemcpyDeviceToHost, w->stream));
   }
-  rc = lct_cuda_encode(dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->work,
+  rc = lct_cuda_encode(dtype, cb != NULL ? w->dcb : NULL, raw, n, dst, cap, &w->pinned[0], w->work,
                        w->work_bytes, w->stream);
   if (rc != 0)
     return rc;
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
   memset(stats, 0, sizeof *stats);
   stats->blob_bytes = w->pinned[0];
+  if (crc != NULL)
+    *crc = *(const uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD];
   if (cb != NULL && n > 0) {
     unsigned esc = cb->len[cb->n_syms - 1];
     for (size_t sym = 0; sym < ((size_t)1 << s); sym++) {
@@ -204,21 +226,168 @@ static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const 
   return stats->blob_bytes <= cap ? 0 : LCT_ECUDA;
 }
 
-static int lct__cuda_decode(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
-  lct__cuda *g = ctx;
-  lct__cuda_worker *w;
-  int rc = lct__cuda_worker_get(g, &w);
+/* The worker of this thread, for n elements of dtype (at most segment_max bytes). */
+static int lct__cuda_worker_for(lct__cuda *g, int dtype, uint64_t n, lct__cuda_worker **w) {
+  int rc = lct__cuda_worker_get(g, w);
   if (rc != 0)
     return rc;
-  size_t bytes = n * lct_dtype_size(dtype);
-  if (bytes > g->segment_max)
-    return LCT_E2BIG;
+  return n * lct_dtype_size(dtype) > g->segment_max ? LCT_E2BIG : 0;
+}
+
+static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+                            void *dst, size_t cap, lct_encode_stats *stats) {
+  lct__cuda_worker *w;
+  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  if (rc != 0)
+    return rc;
+  LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
+  return lct__cuda_encode_raw(w, dtype, cb, w->raw, n, dst, cap, stats, NULL);
+}
+
+/* src itself when it is aligned to the element size, which the codec needs;
+ * else a device-to-device copy of it in the worker's raw buffer. */
+static int lct__cuda_aligned(lct__cuda_worker *w, int dtype, const void *src, uint64_t n, const void **raw) {
+  size_t esize = lct_dtype_size(dtype);
+  *raw = src;
+  if ((uintptr_t)src % esize == 0)
+    return 0;
+  LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * esize, cudaMemcpyDeviceToDevice, w->stream));
+  *raw = w->raw;
+  return 0;
+}
+
+static int lct__cuda_encode_device(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+                                   void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc) {
+  lct__cuda_worker *w;
+  const void *raw;
+  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  if (rc != 0 || (rc = lct__cuda_aligned(w, dtype, src, n, &raw)) != 0)
+    return rc;
+  return lct__cuda_encode_raw(w, dtype, cb, raw, n, dst, cap, stats, crc);
+}
+
+static int lct__cuda_scan_device(void *ctx, int dtype, const void *src, uint64_t n, uint32_t *crc, uint64_t *hist) {
+  lct__cuda_worker *w;
+  const void *raw;
+  size_t hist_bytes = ((size_t)1 << lct_dtype_symbol_bits(dtype)) * sizeof(uint64_t);
+  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  if (rc != 0 || (rc = lct__cuda_aligned(w, dtype, src, n, &raw)) != 0)
+    return rc;
+  if (crc != NULL && (rc = lct_cuda_crc32c(raw, n * lct_dtype_size(dtype), (uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD],
+                                           w->crc_work, w->crc_work_bytes, w->stream)) != 0)
+    return rc;
+  if (hist != NULL) {
+    if (lct_dtype_symbol_bits(dtype) == 0)
+      return LCT_EINVAL;
+    LCT__CUDA_TRY(cudaMemsetAsync(w->hist, 0, hist_bytes, w->stream));
+    if (n > 0 && (rc = lct_cuda_histogram(dtype, raw, n, w->hist, w->stream)) != 0)
+      return rc;
+    LCT__CUDA_TRY(cudaMemcpyAsync(w->pinned + 2, w->hist, hist_bytes, cudaMemcpyDeviceToHost, w->stream));
+  }
+  LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
+  if (crc != NULL)
+    *crc = *(const uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD];
+  if (hist != NULL)
+    memcpy(hist, w->pinned + 2, hist_bytes);
+  return 0;
+}
+
+static int lct__cuda_decode(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
+  lct__cuda_worker *w;
+  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  if (rc != 0)
+    return rc;
   int *status = (int *)&w->pinned[1];
   if ((rc = lct_cuda_decode(dtype, n, blob, len, w->raw, status, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(dst, w->raw, bytes, cudaMemcpyDeviceToHost, w->stream));
+  LCT__CUDA_TRY(cudaMemcpyAsync(dst, w->raw, n * lct_dtype_size(dtype), cudaMemcpyDeviceToHost, w->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
   return *status;
+}
+
+/* Decodes straight into dst when it is aligned to the element size, else
+ * into the worker's raw buffer and from there device to device. */
+static int lct__cuda_decode_device(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
+  lct__cuda_worker *w;
+  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  if (rc != 0)
+    return rc;
+  size_t esize = lct_dtype_size(dtype);
+  int direct = (uintptr_t)dst % esize == 0;
+  int *status = (int *)&w->pinned[1];
+  if ((rc = lct_cuda_decode(dtype, n, blob, len, direct ? dst : w->raw, status, w->work, w->work_bytes,
+                            w->stream)) != 0)
+    return rc;
+  if (!direct)
+    LCT__CUDA_TRY(cudaMemcpyAsync(dst, w->raw, n * esize, cudaMemcpyDeviceToDevice, w->stream));
+  LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
+  return *status;
+}
+
+/* ---- client buffers by CUDA IPC (loop thread) ------------------------------- */
+
+static int lct__cuda_ipc_map(void *ctx, const uint8_t *handle, uint8_t **base, uint64_t *size, int *opened) {
+  lct__cuda *g = ctx;
+  lct__ipc_map *slot = NULL;
+  *opened = 0;
+  for (int i = 0; i < LCT__IPC_CACHE; i++) {
+    lct__ipc_map *m = &g->ipc[i];
+    if (m->base != NULL && memcmp(m->handle, handle, LCT_IPC_HANDLE_BYTES) == 0) {
+      m->refs++;
+      m->used = ++g->ipc_tick;
+      *base = m->base;
+      *size = m->size;
+      return 0;
+    }
+    /* A free slot, else the least recently used idle mapping. */
+    if (m->refs == 0 && (slot == NULL || (slot->base != NULL && (m->base == NULL || m->used < slot->used))))
+      slot = m;
+  }
+  if (slot == NULL) {
+    lct__log_warn("cuda: all %d client mappings are in use; refusing another", LCT__IPC_CACHE);
+    return LCT_ENOIPC;
+  }
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  if (slot->base != NULL) {
+    LCT__CUDA_TRY(cudaIpcCloseMemHandle(slot->base));
+    slot->base = NULL;
+  }
+  cudaIpcMemHandle_t h;
+  memcpy(h.reserved, handle, LCT_IPC_HANDLE_BYTES);
+  void *p;
+  cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* not sticky: clear it so that it is not reported by a later call */
+    lct__log_debug("cuda: cannot open a client's IPC handle: %s", cudaGetErrorString(e));
+    return LCT_ENOIPC;
+  }
+  CUdeviceptr start;
+  size_t len;
+  CUresult cr = g->mem_range(&start, &len, (CUdeviceptr)(uintptr_t)p);
+  if (cr != CUDA_SUCCESS || start != (CUdeviceptr)(uintptr_t)p) {
+    lct__log_error("cuda: cannot size a client's mapped allocation (driver error %d)", (int)cr);
+    LCT__CUDA_TRY(cudaIpcCloseMemHandle(p));
+    return LCT_ECUDA;
+  }
+  memcpy(slot->handle, handle, LCT_IPC_HANDLE_BYTES);
+  slot->base = p;
+  slot->size = len;
+  slot->refs = 1;
+  slot->used = ++g->ipc_tick;
+  *base = slot->base;
+  *size = slot->size;
+  *opened = 1;
+  return 0;
+}
+
+static void lct__cuda_ipc_unmap(void *ctx, const uint8_t *base) {
+  lct__cuda *g = ctx;
+  for (int i = 0; i < LCT__IPC_CACHE; i++) {
+    if (g->ipc[i].base == base && g->ipc[i].refs > 0) {
+      g->ipc[i].refs--;
+      return;
+    }
+  }
 }
 
 /* ---- open and close ---------------------------------------------------------- */
@@ -228,12 +397,16 @@ static void lct__cuda_destroy(void *ctx) {
   if (g == NULL)
     return;
   cudaSetDevice(g->device);
+  for (int i = 0; i < LCT__IPC_CACHE; i++)
+    if (g->ipc[i].base != NULL && cudaIpcCloseMemHandle(g->ipc[i].base) != cudaSuccess)
+      lct__log_error("cuda: closing a client mapping failed");
   for (int i = 0; i < g->n_workers; i++) {
     lct__cuda_worker *w = &g->workers[i];
     lct_cuda_codebook_destroy(w->dcb);
     cudaFree(w->raw);
     cudaFree(w->work);
     cudaFree(w->hist);
+    cudaFree(w->crc_work);
     cudaFreeHost(w->pinned);
     if (w->stream != NULL)
       cudaStreamDestroy(w->stream);
@@ -263,6 +436,8 @@ static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
 static const lct__backend_ops lct__cuda_ops = {
     "cuda", lct__cuda_alloc, lct__cuda_shrink, lct__cuda_release,
     lct__cuda_encode, lct__cuda_decode, lct__cuda_destroy, lct__cuda_read, lct__cuda_write,
+    lct__cuda_ipc_map, lct__cuda_ipc_unmap, lct__cuda_encode_device, lct__cuda_scan_device,
+    lct__cuda_decode_device,
 };
 
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
@@ -275,7 +450,9 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   LCT__CUDA_TRY(cudaMalloc(&w->raw, segment_max));
   LCT__CUDA_TRY(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
   LCT__CUDA_TRY(cudaMalloc((void **)&w->hist, LCT__CUDA_SYMS * sizeof(uint64_t)));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, (2 + LCT__CUDA_SYMS) * sizeof(uint64_t)));
+  w->crc_work_bytes = lct_cuda_crc32c_workspace_size(segment_max);
+  LCT__CUDA_TRY(cudaMalloc(&w->crc_work, w->crc_work_bytes ? w->crc_work_bytes : 1));
+  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, (LCT__CUDA_CRC_WORD + 1) * sizeof(uint64_t)));
   /* The device codebook is allocated here, once; requests only rewrite it. A
    * placeholder fills it until the first encode (hcb's raw dtype never matches). */
   uint64_t none[LCT_MAX_SYMS] = {0};
@@ -301,6 +478,13 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
   g->segment_max = segment_max;
   g->n_workers = threads;
   int rc = 0;
+  enum cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&g->mem_range, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    lct__log_error("cuda: the driver has no cuMemGetAddressRange");
+    rc = LCT_ECUDA;
+  }
   for (int i = 0; i < threads && rc == 0; i++)
     rc = lct__cuda_worker_open(&g->workers[i], segment_max);
   size_t free_b = 0, total_b = 0;
@@ -323,8 +507,12 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
     return rc;
   }
   struct cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
-    lct__log_info("cuda: device %d, %s, %zu MiB, %zu MiB free before the pool", device, prop.name,
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    lct__cuda_destroy(g);
+    return LCT_ECUDA;
+  }
+  memcpy(out->gpu_uuid, prop.uuid.bytes, sizeof out->gpu_uuid);
+  lct__log_info("cuda: device %d, %s, %zu MiB, %zu MiB free before the pool", device, prop.name,
                   total_b >> 20, free_b >> 20);
   out->ops = &lct__cuda_ops;
   out->ctx = g;

@@ -35,6 +35,7 @@ typedef struct lct__request {
   Lctpb__Request *hdr;
   lct__pending *pending; /* PUT_COMMIT: the staged put being encoded */
   void *reply_msg;      /* GET: the reply being filled by decode workers */
+  const uint8_t *ipc_base; /* PUT_DEVICE, GET_DEVICE: the client allocation mapped, unmapped with the request */
   size_t reply_len;
   uint64_t received;    /* uv_hrtime at receipt */
 } lct__request;
@@ -51,6 +52,10 @@ static void lct__request_free(lct__request *rq) {
     nn_freemsg(rq->reply_msg);
   if (rq->pending != NULL)
     lct__staging_release(rq->srv->staging, rq->pending);
+  if (rq->ipc_base != NULL) {
+    const lct__backend *be = lct__pool_backend(rq->srv->pool);
+    be->ops->ipc_unmap(be->ctx, rq->ipc_base);
+  }
   free(rq);
 }
 
@@ -225,6 +230,8 @@ static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *
     lct__reply_error(rq, rc, "%s", why);
     return;
   }
+  if (rq->op == LCTPB__OP__OP_PUT_DEVICE)
+    rq->srv->stats.device_puts++;
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   Lctpb__TensorMeta m;
   lct__meta_of(e, &m);
@@ -256,7 +263,7 @@ static void lct__op_put(lct__request *rq) {
                      "; use a chunked put", d.raw_bytes, rq->srv->cfg.frame_size);
     return;
   }
-  lct__put_src src = {rq->frame.payload, NULL, 0};
+  lct__put_src src = {rq->frame.payload, NULL, 0, NULL};
   lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &src);
 }
 
@@ -344,7 +351,7 @@ static void lct__op_put_commit(lct__request *rq) {
   }
   lct__staging_take(rq->srv->staging, p);
   rq->pending = p; /* released when the encode ends, or with the request */
-  lct__put_src src = {NULL, p->pieces, p->n_pieces};
+  lct__put_src src = {NULL, p->pieces, p->n_pieces, NULL};
   lct__put_begin_encode(rq, p->key, p->key_len, &p->decl, &src);
 }
 
@@ -366,6 +373,8 @@ static void lct__get_done(void *arg, int rc) {
     lct__reply_error(rq, rc, "stored tensor failed to decode");
     return;
   }
+  if (rq->op == LCTPB__OP__OP_GET_DEVICE)
+    rq->srv->stats.device_gets++;
   void *msg = rq->reply_msg;
   rq->reply_msg = NULL;
   lct__reply_send(rq, 0, msg, rq->reply_len);
@@ -418,7 +427,118 @@ static void lct__op_get(lct__request *rq) {
     lct__get_done(rq, 0);
     return;
   }
-  if ((rc = lct__get_start(srv, e, off, len, dst, lct__get_done, rq)) != 0)
+  if ((rc = lct__get_start(srv, e, off, len, dst, 0, lct__get_done, rq)) != 0)
+    lct__reply_error(rq, rc, "cannot start the decode");
+}
+
+/* ---- device puts and gets (CUDA IPC) -------------------------------------- */
+
+/* Answers LCT_ENOIPC, counting why: the client then takes the host path. */
+static void lct__reply_fallback(lct__request *rq, int reason, const char *why) {
+  rq->srv->stats.device_fallbacks[reason]++;
+  lct__reply_error(rq, LCT_ENOIPC, "%s; use the host path", why);
+}
+
+/* Maps the request's device buffer, which must hold raw_bytes (exactly for a
+ * put, at least for a get), and points *ptr at it; replies itself and
+ * returns 0 on failure. The mapping is released with the request. */
+static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact, uint8_t **ptr) {
+  lct__server *srv = rq->srv;
+  const Lctpb__DeviceBuffer *d = rq->hdr->device;
+  const lct__backend *be = lct__pool_backend(srv->pool);
+  if (d == NULL) {
+    lct__reply_error(rq, LCT_EINVAL, "this operation needs a device buffer");
+    return 0;
+  }
+  if (exact && d->size != raw_bytes) {
+    lct__reply_error(rq, LCT_ESIZE, "device buffer of %" PRIu64 " bytes; dtype and shape make %" PRIu64,
+                     d->size, raw_bytes);
+    return 0;
+  }
+  if (!exact && d->size < raw_bytes) {
+    lct__reply_error(rq, LCT_EBUFSIZE, "tensor is %" PRIu64 " bytes; the device buffer holds %" PRIu64,
+                     raw_bytes, d->size);
+    return 0;
+  }
+  if (be->ops->ipc_map == NULL) {
+    lct__reply_fallback(rq, LCT__FALLBACK_CPU_BACKEND, "this lctd keeps tensors in host memory (cpu backend)");
+    return 0;
+  }
+  if (memcmp(d->boot_id.data, srv->boot_id, LCT_BOOT_ID_BYTES) != 0) {
+    lct__reply_fallback(rq, LCT__FALLBACK_OTHER_HOST, "the device buffer is on another host than this lctd");
+    return 0;
+  }
+  if (memcmp(d->gpu_uuid.data, be->gpu_uuid, LCT_GPU_UUID_BYTES) != 0) {
+    lct__reply_fallback(rq, LCT__FALLBACK_OTHER_DEVICE, "the device buffer is on another GPU than this lctd's");
+    return 0;
+  }
+  uint8_t *base;
+  uint64_t size;
+  int opened;
+  int rc = be->ops->ipc_map(be->ctx, d->ipc_handle.data, &base, &size, &opened);
+  if (rc == LCT_ENOIPC) {
+    lct__reply_fallback(rq, LCT__FALLBACK_IPC_OPEN, "cannot open the device buffer's CUDA IPC handle");
+    return 0;
+  }
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "mapping the device buffer failed");
+    return 0;
+  }
+  srv->stats.ipc_opens += (uint64_t)opened;
+  rq->ipc_base = base;
+  if (d->offset > size || d->size > size - d->offset) {
+    lct__reply_error(rq, LCT_EINVAL, "device buffer of %" PRIu64 " bytes at offset %" PRIu64
+                     " runs past its allocation of %" PRIu64 " bytes", d->size, d->offset, size);
+    return 0;
+  }
+  *ptr = base + d->offset;
+  return 1;
+}
+
+static void lct__op_put_device(lct__request *rq) {
+  lct__put_decl d;
+  if (!lct__need_key(rq) || !lct__decl_or_reply(rq, &d))
+    return;
+  if (rq->frame.payload_len != 0) {
+    lct__reply_error(rq, LCT_EINVAL, "a device put carries no payload");
+    return;
+  }
+  uint8_t *src;
+  if (!lct__device_or_reply(rq, d.raw_bytes, 1, &src))
+    return;
+  lct__put_src ps = {NULL, NULL, 0, src};
+  lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &ps);
+}
+
+static void lct__op_get_device(lct__request *rq) {
+  Lctpb__Request *h = rq->hdr;
+  if (!lct__need_key(rq))
+    return;
+  lct__entry *e = lct__find_key(rq);
+  if (e == NULL)
+    return;
+  if (h->has_version && h->version != e->version) {
+    lct__reply_error(rq, LCT_ESTALE, "key is at version %" PRIu64 ", not %" PRIu64, e->version, h->version);
+    return;
+  }
+  uint8_t *dst;
+  if (!lct__device_or_reply(rq, e->raw_bytes, 0, &dst))
+    return;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  uint8_t *payload;
+  int rc = lct__reply_alloc(&rp, 0, &rq->reply_msg, &rq->reply_len, &payload);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "cannot build the reply");
+    return;
+  }
+  if (e->raw_bytes == 0) {
+    lct__get_done(rq, 0);
+    return;
+  }
+  if ((rc = lct__get_start(rq->srv, e, 0, e->raw_bytes, dst, 1, lct__get_done, rq)) != 0)
     lct__reply_error(rq, rc, "cannot start the decode");
 }
 
@@ -518,6 +638,11 @@ static void lct__op_stats(lct__request *rq) {
   sum.bytes_in = st->bytes_in;
   sum.bytes_out = st->bytes_out;
   sum.puts_expired = st->puts_expired;
+  sum.has_device_puts = sum.has_device_gets = sum.has_device_fallbacks = 1;
+  sum.device_puts = st->device_puts;
+  sum.device_gets = st->device_gets;
+  for (int r = 0; r < LCT__FALLBACK_SLOTS; r++)
+    sum.device_fallbacks += st->device_fallbacks[r];
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.stats = &sum;
   lct__reply(rq, &rp, text, len);
@@ -638,6 +763,12 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
     break;
   case LCTPB__OP__OP_SAVE:
     lct__op_save(rq);
+    break;
+  case LCTPB__OP__OP_PUT_DEVICE:
+    lct__op_put_device(rq);
+    break;
+  case LCTPB__OP__OP_GET_DEVICE:
+    lct__op_get_device(rq);
     break;
   default:
     lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);

@@ -202,6 +202,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "lctd: backend: %s\n", lct_strerror(rc));
     return 1;
   }
+  if (lct_wire_boot_id(srv->boot_id) != 0) {
+    memset(srv->boot_id, 0, sizeof srv->boot_id);
+    lct__log_warn("cannot read this host's boot id: device puts and gets will take the host path");
+  }
   srv->loop = uv_default_loop();
   if ((rc = lct__store_create(&srv->stats, &srv->store)) != 0 ||
       (rc = lct__staging_create(srv, &srv->staging)) != 0) {

@@ -25,6 +25,7 @@ typedef struct lct__server {
   lct__stats stats;
   lct__auth auth;              /* token of auth_token_file (tcp endpoints) */
   const char *backend_name;
+  uint8_t boot_id[LCT_BOOT_ID_BYTES]; /* this host's (lct_wire_boot_id); zero if unreadable */
   int threads; /* codec worker threads (the libuv threadpool size) */
 } lct__server;
 
@@ -50,11 +51,13 @@ typedef struct lct__piece {
 } lct__piece;
 
 /* The raw bytes a put encodes: one contiguous buffer, or pieces in offset
- * order that cover [0, raw_bytes) exactly. */
+ * order that cover [0, raw_bytes) exactly, in host memory; or, for a device
+ * put, a client's buffer in the backend GPU's memory (mapped by IPC). */
 typedef struct lct__put_src {
   const uint8_t *data;
   const lct__piece *pieces;
   size_t n_pieces;
+  const uint8_t *device;
 } lct__put_src;
 
 /* Builds a declaration from wire metadata: LCT_EDTYPE, LCT_E2BIG (product

@@ -17,7 +17,10 @@ const double lct__latency_bounds[LCT__LATENCY_BUCKETS] = {
 
 static const char *const lct__op_names[LCT__OP_SLOTS] = {
     "invalid", "ping", "put", "put_begin", "put_chunk", "put_commit",
-    "put_abort", "get", "delete", "stat", "list", "stats", "save"};
+    "put_abort", "get", "delete", "stat", "list", "stats", "save", "put_device", "get_device"};
+
+static const char *const lct__fallback_names[LCT__FALLBACK_SLOTS] = {
+    "cpu_backend", "other_host", "other_device", "ipc_open_failed"};
 
 void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status) {
   if (op >= LCT__OP_SLOTS)
@@ -194,6 +197,17 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   lct__seconds(&b, "decode_seconds_total",
                "Wall time of get decodes (decoded_bytes_total over it is the decode throughput).",
                st->decode_ns);
+  lct__head(&b, "device_ops_total", "counter",
+            "Device puts and gets served device to device (CUDA IPC), nothing through host memory.");
+  lct__bprintf(&b, "lct_device_ops_total{op=\"put\"} %" PRIu64 "\n", st->device_puts);
+  lct__bprintf(&b, "lct_device_ops_total{op=\"get\"} %" PRIu64 "\n", st->device_gets);
+  lct__head(&b, "device_fallbacks_total", "counter",
+            "Device puts and gets refused with LCT_ENOIPC (the client used the host path), by reason.");
+  for (int r = 0; r < LCT__FALLBACK_SLOTS; r++)
+    lct__bprintf(&b, "lct_device_fallbacks_total{reason=\"%s\"} %" PRIu64 "\n", lct__fallback_names[r],
+                 st->device_fallbacks[r]);
+  lct__metric(&b, "ipc_opens_total", "counter",
+              "Client GPU allocations opened from their CUDA IPC handle (mapping cache misses).", st->ipc_opens);
   lct__metric(&b, "config_reloads_total", "counter", "Configuration reloads (SIGHUP) applied.", st->reloads);
   lct__metric(&b, "config_reload_failures_total", "counter",
               "Configuration reloads (SIGHUP) refused because the new configuration was invalid.",

@@ -5,10 +5,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LCT__OP_SLOTS 13     /* index = wire op (1..12); 0 = unparsable or unknown op */
+#define LCT__OP_SLOTS 15     /* index = wire op (1..14); 0 = unparsable or unknown op */
 #define LCT__STATUS_SLOTS 32 /* index = wire status: 0 ok, else the positive LCT code */
 #define LCT__LATENCY_BUCKETS 12 /* finite upper bounds of the latency histogram */
 #define LCT__DTYPE_SLOTS 6      /* LCT_DTYPE_COUNT */
+
+/* Why a PUT_DEVICE or GET_DEVICE was answered LCT_ENOIPC (the client then
+ * takes the host path); lct_device_fallbacks_total's reason label. */
+enum {
+  LCT__FALLBACK_CPU_BACKEND,   /* tensors live in host memory */
+  LCT__FALLBACK_OTHER_HOST,    /* the client's boot id is not this host's */
+  LCT__FALLBACK_OTHER_DEVICE,  /* the buffer is on another GPU than the server's */
+  LCT__FALLBACK_IPC_OPEN,      /* cudaIpcOpenMemHandle refused the handle */
+  LCT__FALLBACK_SLOTS
+};
 
 /* Upper bounds (seconds) of the request latency histogram's buckets. */
 extern const double lct__latency_bounds[LCT__LATENCY_BUCKETS];
@@ -47,6 +57,10 @@ typedef struct lct__stats {
   uint64_t persist_failures;  /* tensors or directories a save could not write */
   uint64_t persist_restored;  /* tensors restored from persist_dir at start */
   uint64_t persist_skipped;   /* files skipped at start: corrupt, partial or too large */
+  uint64_t device_puts;       /* PUT_DEVICE served device to device */
+  uint64_t device_gets;       /* GET_DEVICE served device to device */
+  uint64_t device_fallbacks[LCT__FALLBACK_SLOTS]; /* device ops answered LCT_ENOIPC, by reason */
+  uint64_t ipc_opens;         /* client GPU allocations mapped (IPC handle cache misses) */
 } lct__stats;
 
 /* Adds a reply to the per-op, per-status counters (out-of-range values go to slot 0). */

@@ -72,10 +72,32 @@ static const uint8_t *lct__put_bytes(const lct__put_src *src, uint64_t off, uint
   return buf;
 }
 
+/* A segment of a device put: CRC and histogram, or encode, on the GPU from
+ * the client's buffer. */
+static void lct__put_task_device(lct__put_task *t, const lct__segment *sg, uint64_t n) {
+  lct__put_job *job = t->job;
+  const lct__backend *be = lct__pool_backend(job->srv->pool);
+  const uint8_t *src = job->src.device + sg->raw_offset;
+  uint32_t *crc = (job->round & LCT__DO_CRC) ? &t->crc : NULL;
+  t->rc = 0;
+  if (job->round & LCT__DO_HIST) {
+    t->rc = be->ops->scan_device(be->ctx, job->decl.dtype, src, n, crc, job->hists + t->seg * job->hist_len);
+    crc = NULL;
+  }
+  if (t->rc == 0 && (job->round & LCT__DO_ENCODE)) {
+    const lct_codebook *cb = job->e->has_codebook ? &job->e->codebook : NULL;
+    t->rc = be->ops->encode_device(be->ctx, job->decl.dtype, cb, src, n, sg->blob, sg->alloc_bytes, &t->est, crc);
+  }
+}
+
 static void lct__put_task_run(uv_work_t *w) {
   lct__put_task *t = w->data;
   lct__put_job *job = t->job;
   const lct__segment *sg = &job->e->segments[t->seg];
+  if (job->src.device != NULL) {
+    lct__put_task_device(t, sg, sg->raw_bytes / lct_dtype_size(job->decl.dtype));
+    return;
+  }
   uint8_t *gathered;
   const uint8_t *src = lct__put_bytes(&job->src, sg->raw_offset, sg->raw_bytes, &gathered);
   size_t esize = lct_dtype_size(job->decl.dtype);
@@ -310,6 +332,7 @@ typedef struct lct__get_job {
   lct__entry *e;
   uint64_t offset, len;
   uint8_t *dst;
+  int on_device; /* dst is device memory of the backend's GPU */
   size_t pending;
   lct__get_cb cb;
   void *arg;
@@ -329,9 +352,11 @@ static void lct__get_task_run(uv_work_t *w) {
   uint64_t seg_end = sg->raw_offset + sg->raw_bytes, end = job->offset + job->len;
   uint64_t b = seg_end < end ? seg_end : end;
   if (a == sg->raw_offset && b == seg_end) {
-    t->rc = be->ops->decode(be->ctx, dtype, n, sg->blob, sg->blob_bytes, job->dst + (a - job->offset));
+    t->rc = (job->on_device ? be->ops->decode_device : be->ops->decode)(be->ctx, dtype, n, sg->blob, sg->blob_bytes,
+                                                                        job->dst + (a - job->offset));
     return;
   }
+  assert(!job->on_device && "device gets cover whole segments");
   uint8_t *scratch = malloc(sg->raw_bytes);
   if (scratch == NULL) {
     t->rc = LCT_ENOMEM;
@@ -366,7 +391,7 @@ static void lct__get_task_done(uv_work_t *w, int status) {
 }
 
 int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t len, uint8_t *dst,
-                   lct__get_cb cb, void *arg) {
+                   int on_device, lct__get_cb cb, void *arg) {
   assert(len > 0 && offset + len <= e->raw_bytes && e->n_segments > 0);
   uint64_t seg_bytes = e->segments[0].raw_bytes; /* every segment but the last has this size */
   size_t first = (size_t)(offset / seg_bytes), last = (size_t)((offset + len - 1) / seg_bytes);
@@ -380,6 +405,7 @@ int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t le
   job->offset = offset;
   job->len = len;
   job->dst = dst;
+  job->on_device = on_device;
   job->cb = cb;
   job->arg = arg;
   job->n_tasks = n;

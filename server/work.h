@@ -42,9 +42,10 @@ uint64_t lct__put_reserve(const lct__server *srv, const lct__put_decl *decl);
 typedef void (*lct__get_cb)(void *arg, int rc);
 
 /* Decodes raw bytes [offset, offset + len) of e (len > 0, within the tensor)
- * into host memory dst, decoding the overlapping segments in parallel. Holds
- * a reference to e until cb. */
+ * into host memory dst, decoding the overlapping segments in parallel; with
+ * on_device, dst is device memory of the backend's GPU and the range is the
+ * whole tensor. Holds a reference to e until cb. */
 int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t len, uint8_t *dst,
-                   lct__get_cb cb, void *arg);
+                   int on_device, lct__get_cb cb, void *arg);
 
 #endif

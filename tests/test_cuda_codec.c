@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <math.h>
 
+#include "lct_checksum.h"
 #include "lct_cuda.h"
 #include "test_util.h"
 
@@ -632,4 +633,35 @@ Test(cuda_codec, wrong_expectations_rejected) {
   cr_assert_eq(gpu_decode(LCT_DTYPE_BF16, n, blob, len - 4, out, 0), LCT_ECORRUPT);
   free(out);
   free(blob);
+}
+
+/* lct_cuda_crc32c is lct_crc32c: sizes around the piece (1 KiB) and fold
+ * boundaries, unaligned starts, a multi-MiB buffer. */
+Test(cuda_codec, crc32c_matches_cpu) {
+  REQUIRE_GPU();
+  static const uint64_t sizes[] = {0, 1, 3, 1023, 1024, 1025, 4096 + 17, 256 * 1024, 1 << 20, (3 << 20) + 7};
+  const uint64_t max = (3 << 20) + 7 + 16;
+  uint8_t *host = malloc(max), *dev;
+  test_rng rng = {77};
+  for (uint64_t i = 0; i < max; i++) host[i] = (uint8_t)test_rand(&rng);
+  size_t ws_bytes = lct_cuda_crc32c_workspace_size(max);
+  void *ws;
+  uint32_t *crc;
+  CUDA_OK(cudaMalloc((void **)&dev, max));
+  CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  CUDA_OK(cudaMallocHost((void **)&crc, sizeof *crc));
+  CUDA_OK(cudaMemcpy(dev, host, max, cudaMemcpyHostToDevice));
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+    for (uint64_t at = 0; at < 16; at += 5) {
+      *crc = 0xDEADBEEF;
+      cr_assert_eq(lct_cuda_crc32c(dev + at, sizes[k], crc, ws, ws_bytes, 0), 0);
+      CUDA_OK(cudaStreamSynchronize(0));
+      cr_assert_eq(*crc, lct_crc32c(0, host + at, sizes[k]), "%llu bytes at +%llu", (unsigned long long)sizes[k],
+                   (unsigned long long)at);
+    }
+  cr_assert_eq(lct_cuda_crc32c(dev, max, crc, ws, ws_bytes - 4, 0), LCT_EBUFSIZE);
+  CUDA_OK(cudaFreeHost(crc));
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(dev));
+  free(host);
 }

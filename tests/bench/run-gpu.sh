@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck,
-# lct-bench gpu, lctd's integration suite on the cuda backend, the Python binding with CUDA tensors.
+# lct-bench gpu, lctd's integration suite on the cuda backend, the device path (lct_put_device /
+# lct_get_device), the Python binding with CUDA tensors.
 #
 #   tests/bench/run-gpu.sh [BUILD_DIR] [DATA_DIR]
 #
@@ -38,7 +39,7 @@ fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 
 # 1. GPU tests through ctest.
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout "${LCT_TEST_TIMEOUT:-240}" >"$out/ctest.log" 2>&1
+ctest --test-dir "$build" -L gpu -E '^test_device$' --output-on-failure --timeout "${LCT_TEST_TIMEOUT:-240}" >"$out/ctest.log" 2>&1
 ctest_rc=$?
 ctest_line=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)
 synth=$(grep -ao 'Synthesis:.*' "$out/ctest.log" | tail -1)
@@ -75,6 +76,12 @@ LCT_TEST_BACKEND=cuda timeout "${LCT_TEST_TIMEOUT:-240}" "$build/bin/test_client
 client_rc=$?
 client_synth=$(grep -ao 'Synthesis:.*' "$out/client_cuda.log" | tail -1)
 
+# 4b. The device path: device-to-device puts and gets through CUDA IPC on the
+#     cuda backend, the counted host-path fallback on the cpu one.
+timeout "${LCT_TEST_TIMEOUT:-240}" "$build/bin/test_device" --jobs=1 >"$out/device.log" 2>&1
+device_rc=$?
+device_synth=$(grep -ao 'Synthesis:.*' "$out/device.log" | tail -1)
+
 # 5. The Python binding and the offloaded AdamW with the machine's torch (CUDA tensors where it sees a GPU).
 LCT_LIBRARY=$PWD/$build/lib/liblct.so LCT_LCTD=$PWD/$build/bin/lctd LCT_CLI=$PWD/$build/bin/lct PYTHONUNBUFFERED=1 \
   timeout "${LCT_TEST_TIMEOUT:-240}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
@@ -91,6 +98,7 @@ printf '%-18s %s\n' "ctest -L gpu" "rc=$ctest_rc ${ctest_line} ${synth}"
 printf '%-18s %s\n' "compute-sanitizer" "rc=$san_rc ${san_errors:+tests with errors: $san_errors} ${san_summary:-}"
 printf '%-18s %s\n' "lct-bench gpu" "rc=$bench_rc (data: $data)"
 printf '%-18s %s\n' "lctd on cuda" "rc=$client_rc ${client_synth}"
+printf '%-18s %s\n' "device path" "rc=$device_rc ${device_synth}"
 printf '%-18s %s\n' "python + torch" "rc=$py_rc ${py_line}"
 printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
-[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) ]]
+[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) ]]

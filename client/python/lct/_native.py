@@ -44,7 +44,7 @@ class ListPage(ctypes.Structure):
 STATS_FIELDS = (
     "tensors", "raw_bytes", "stored_bytes", "pool_capacity", "pool_used", "staging_bytes",
     "pending_puts", "puts_expired", "codebook_builds", "codebook_rebuilds", "requests", "errors",
-    "bytes_in", "bytes_out",
+    "bytes_in", "bytes_out", "device_puts", "device_gets", "device_fallbacks",
 )
 
 
@@ -70,6 +70,9 @@ _PROTOTYPES = {
     "lct_put": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                                ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
     "lct_get": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
+    "lct_put_device": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                      ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
+    "lct_get_device": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
     "lct_get_alloc": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(TensorInfo)]),
     "lct_delete": (ctypes.c_int, [_CLIENT, ctypes.c_char_p]),
     "lct_stat": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(TensorInfo)]),

@@ -148,14 +148,16 @@ def _key_str(raw):
 
 
 class _Host:
-    """Contiguous host memory that liblct reads or fills on behalf of a value.
+    """Contiguous memory that liblct reads or fills on behalf of a value: host
+    memory, or with device set, a CUDA device buffer for lct_put_device and
+    lct_get_device.
 
     ptr is None for an empty value; finish() copies a staged get back into the
     caller's object; keep holds whatever owns the memory until the call returns.
     """
-    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep")
+    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device")
 
-    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None):
+    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None, device=False):
         self.ptr = ptr if nbytes else None
         self.nbytes = nbytes
         self.shape = tuple(shape)
@@ -164,17 +166,26 @@ class _Host:
         self.what = what
         self.keep = keep
         self.finish = finish or (lambda: None)
+        self.device = device
+
+
+# Whether liblct has the device path; False once it answered LCT_ENODEV
+# (built without CUDA), after which CUDA tensors go through host memory.
+_device_path = True
 
 
 def _host(value, writable):
-    """The one dispatch from a caller's value to host memory for liblct.
+    """The one dispatch from a caller's value to the memory liblct uses.
 
     writable: the value is a get's destination (else a put's source). torch
     and numpy are looked up in sys.modules, never imported here: a value of
-    their types implies they are loaded.
+    their types implies they are loaded. CUDA tensors stay on their device
+    (the result's device is set) while liblct has the device path.
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type == "cuda" and _device_path:
+            return _torch_device(torch, value, writable)
         return _torch_host(torch, value, writable)
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.ndarray):
@@ -197,6 +208,23 @@ def _torch_host(torch, t, writable):
         staged, finish = t.to("cpu").contiguous(), None
     return _Host(staged.data_ptr(), staged.numel() * staged.element_size(), t.shape,
                  t.element_size(), natural, what, staged, finish)
+
+
+def _torch_device(torch, t, writable):
+    """A CUDA tensor's own memory, or a contiguous copy on its device."""
+    t = t.detach()
+    natural = _TORCH_DTYPES.get(str(t.dtype))
+    what = f"torch {str(t.dtype)[6:]} tensor"
+    finish = None
+    if t.is_contiguous():
+        staged = t
+    elif writable:
+        staged = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        finish = lambda: t.copy_(staged)
+    else:
+        staged = t.contiguous()
+    return _Host(staged.data_ptr(), staged.numel() * staged.element_size(), t.shape,
+                 t.element_size(), natural, what, staged, finish, device=True)
 
 
 def _numpy_host(np, a, writable):
@@ -328,11 +356,32 @@ class Client:
             if rc < 0:
                 raise _error(rc, _native.lib().lct_last_error(self._c))
 
+    def _call_device(self, host, value, writable, host_fn, device_fn, args):
+        """Calls device_fn when host (_host(value, writable)) is a CUDA
+        tensor's device buffer (liblct falls back to the host path by itself
+        where lctd cannot go device to device), else host_fn; args(host) gives
+        the arguments after the client. Returns the _Host used."""
+        global _device_path
+        if not host.device:
+            self._call(host_fn, *args(host))
+            return host
+        try:
+            self._call(device_fn, *args(host))
+            return host
+        except LctError as e:
+            if e.code != error_code("LCT_ENODEV"):
+                raise
+        _device_path = False  # this liblct was built without CUDA
+        host = _host(value, writable)
+        self._call(host_fn, *args(host))
+        return host
+
     def put(self, key, value, dtype=None, shape=None):
         """Stores value as key, atomically, and returns its TensorInfo.
 
         value: a bytes-like object, numpy array or torch tensor (CPU or
-        device). dtype: an lct dtype name ('f32', 'bf16', 'f16', 'f8e4m3',
+        device; a CUDA tensor goes device to device when lctd runs on the
+        same host and GPU with the cuda backend, else through host memory). dtype: an lct dtype name ('f32', 'bf16', 'f16', 'f8e4m3',
         'f8e5m2', 'raw'); None takes it from the value (float32, float16,
         bfloat16, float8 types; 1-byte types and bytes-like objects are 'raw').
         shape: None takes the value's, its last axis rescaled when dtype's
@@ -353,8 +402,9 @@ class Client:
             raise ValueError(f"negative dimension in shape {shape}")
         dims = (ctypes.c_uint64 * max(len(shape), 1))(*shape)
         info = _native.TensorInfo()
-        self._call(_native.lib().lct_put, k, code, dims, len(shape), host.ptr, host.nbytes,
-                   ctypes.byref(info))
+        lib = _native.lib()
+        self._call_device(host, value, False, lib.lct_put, lib.lct_put_device,
+                          lambda h: (k, code, dims, len(shape), h.ptr, h.nbytes, ctypes.byref(info)))
         return _tensor_info(_key_str(k), info)
 
     def get(self, key, out=None):
@@ -372,8 +422,8 @@ class Client:
         lib = _native.lib()
         info = _native.TensorInfo()
         if out is not None:
-            host = _host(out, writable=True)
-            self._call(lib.lct_get, k, host.ptr, host.nbytes, ctypes.byref(info))
+            host = self._call_device(_host(out, writable=True), out, True, lib.lct_get,
+                                     lib.lct_get_device, lambda h: (k, h.ptr, h.nbytes, ctypes.byref(info)))
             width = lib.lct_dtype_size(info.dtype)
             if info.raw_bytes != host.nbytes:
                 raise _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {info.raw_bytes} "

@@ -1,0 +1,94 @@
+"""test_device.py — CUDA tensors device to device: a cuda-backend lctd serves them with no host copy; a cpu-backend one sends them to the host path, counted."""
+import unittest
+
+from lctd_helper import Lctd, lct
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def have_cuda():
+    return torch is not None and torch.cuda.is_available()
+
+
+def bits(t):
+    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+class _DeviceCase(unittest.TestCase):
+    backend = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lctd = Lctd("--backend", cls.backend, "--threads", "4")
+        cls.addClassCleanup(cls.lctd.stop)
+        cls.client = lct.Client(cls.lctd.endpoint, timeout_ms=20000)
+        cls.addClassCleanup(cls.client.close)
+
+    def round_trips(self):
+        """Puts and gets CUDA tensors of every coded dtype, contiguous and
+        strided; returns the number of puts (and gets) made."""
+        g = torch.Generator().manual_seed(5)
+        n = 0
+        for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.uint8):
+            src = (torch.randn(300, 140, generator=g) * 3).to(dtype).cuda()
+            for name, value in (("whole", src), ("strided", src[:, ::2])):
+                with self.subTest(dtype=dtype, view=name):
+                    key = f"{self.id()}/{dtype}/{name}"
+                    info = self.client.put(key, value)
+                    self.assertEqual(info.shape, tuple(value.shape))
+                    out = torch.empty(value.shape[0], value.shape[1] * 2, dtype=dtype, device="cuda")[:, ::2] \
+                        if name == "strided" else torch.empty_like(value)
+                    self.assertIs(self.client.get(key, out=out), out)
+                    self.assertTrue(torch.equal(bits(out), bits(value)))
+                    n += 1
+        return n
+
+
+@unittest.skipUnless(have_cuda(), "needs torch with a CUDA device")
+class TestDeviceToDevice(_DeviceCase):
+    backend = "cuda"
+
+    def test_round_trips_without_fallback(self):
+        before = self.client.stats()
+        n = self.round_trips()
+        after = self.client.stats()
+        self.assertEqual(after["device_puts"] - before["device_puts"], n)
+        self.assertEqual(after["device_gets"] - before["device_gets"], n)
+        self.assertEqual(after["device_fallbacks"], 0)
+
+    def test_optimizer_moves_states_device_to_device(self):
+        from test_optim import HYPER, backward, make_model
+        ref_model = make_model("cuda", torch.float32)
+        off_model = make_model("cuda", torch.float32)
+        ref = torch.optim.AdamW(ref_model.parameters(), foreach=False, fused=False, **HYPER)
+        off = lct.optim.OffloadedAdamW(off_model.parameters(), self.client, key_prefix=f"{self.id()}/", **HYPER)
+        before = self.client.stats()
+        for step in range(4):
+            for model, opt in ((ref_model, ref), (off_model, off)):
+                opt.zero_grad()
+                backward(model, step, "cuda")
+                opt.step()
+        for a, b in zip(ref_model.parameters(), off_model.parameters()):
+            self.assertTrue(torch.equal(bits(a.detach()), bits(b.detach())))
+        after = self.client.stats()
+        self.assertGreater(after["device_gets"], before["device_gets"])
+        self.assertGreater(after["device_puts"], before["device_puts"])
+        self.assertEqual(after["device_fallbacks"], 0)
+
+
+@unittest.skipUnless(have_cuda(), "needs torch with a CUDA device")
+class TestDeviceFallback(_DeviceCase):
+    backend = "cpu"
+
+    def test_cpu_backend_takes_the_host_path(self):
+        n = self.round_trips()
+        s = self.client.stats()
+        self.assertEqual((s["device_puts"], s["device_gets"]), (0, 0))
+        self.assertEqual(s["device_fallbacks"], 2 * n)
+
+
+if __name__ == "__main__":
+    unittest.main()

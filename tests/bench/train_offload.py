@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""train_offload.py — a ~150M-parameter byte-level GPT trained with torch AdamW and with
+OffloadedAdamW keeping its Adam states in lctd (same GPU over ipc, and over tcp loopback).
+
+Asserts that the loss of every step is bitwise identical between torch AdamW and the
+offloaded optimizer, and reports trainer peak GPU memory, lctd's resident bytes and ratio
+per state kind, step time and its overhead, and the longest sequence length that trains
+under a fixed per-process memory cap with each. Needs a CUDA GPU, torch, and a built lctd:
+
+    tests/bench/train_offload.py --lctd build/bin/lctd --out results/
+"""
+import argparse
+import glob
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, set before CUDA starts
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
+import lct  # noqa: E402
+import lct.optim  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lctd", required=True)
+ap.add_argument("--out", default=".")
+ap.add_argument("--layers", type=int, default=12)
+ap.add_argument("--embd", type=int, default=1024)
+ap.add_argument("--heads", type=int, default=16)
+ap.add_argument("--batch", type=int, default=8)
+ap.add_argument("--block", type=int, default=512)
+ap.add_argument("--steps", type=int, default=8)
+ap.add_argument("--cap-gib", type=float, default=8.0, help="per-process memory cap of the context search")
+ap.add_argument("--contexts", default="1024,1280,1536,1664,1792,1920,2048,2176,2304,2560,3072")
+a = ap.parse_args()
+os.makedirs(a.out, exist_ok=True)
+dev = "cuda"
+torch.use_deterministic_algorithms(True)  # bitwise-comparable runs
+LR, BETAS, WD = 3e-4, (0.9, 0.95), 0.1
+
+files = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "**", "*.py"), recursive=True))
+text = b"".join(open(f, "rb").read() for f in files)[: 32 << 20]
+data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev).long()
+
+
+class Block(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(C, 2))
+        # Explicit attention: its backward is deterministic, unlike the fused kernels'.
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // self.h) ** 0.5)
+        att = att.masked_fill(torch.ones(T, T, device=x.device, dtype=torch.bool).triu(1), float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(256, a.embd), nn.Embedding(block, a.embd)
+        self.blocks = nn.ModuleList(Block(a.embd, a.heads) for _ in range(a.layers))
+        self.lnf, self.head = nn.LayerNorm(a.embd), nn.Linear(a.embd, 256, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.lnf(x))
+
+
+def make(mode, block, client=None):
+    torch.manual_seed(0)
+    model = GPT(block).to(dev)
+    if mode == "torch":
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WD, foreach=False, fused=False)
+    else:
+        opt = lct.optim.OffloadedAdamW(model.parameters(), client, lr=LR, betas=BETAS, weight_decay=WD,
+                                       key_prefix=f"{mode}/{block}/")
+    return model, opt
+
+
+def batches(n, batch, block):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(n):
+        ix = torch.randint(len(data) - block - 1, (batch,), generator=g).tolist()
+        yield (torch.stack([data[i:i + block] for i in ix]), torch.stack([data[i + 1:i + block + 1] for i in ix]))
+
+
+def train(model, opt, n, batch, block):
+    losses, times = [], []
+    for x, y in batches(n, batch, block):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x).view(-1, 256).float(), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # synchronizes
+        times.append(time.perf_counter() - t0)
+    return losses, times
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+port = free_port()
+ipc = f"ipc:///tmp/lct-train-{os.getpid()}.sock"
+lctd = subprocess.Popen([a.lctd, "--backend", "cuda", "--memory", "6G", "--listen", ipc,
+                         "--listen", f"tcp://127.0.0.1:{port}"], stderr=open(os.path.join(a.out, "lctd.log"), "w"))
+try:
+    for _ in range(100):
+        try:
+            lct.Client(ipc).ping()
+            break
+        except lct.LctError:
+            time.sleep(0.1)
+    clients = {"ipc": lct.Client(ipc), "tcp": lct.Client(f"tcp://127.0.0.1:{port}")}
+    results = {}
+    for mode in ("torch", "ipc", "tcp"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        model, opt = make(mode, a.block, clients.get(mode))
+        losses, times = train(model, opt, a.steps, a.batch, a.block)
+        r = {"losses": losses, "step_ms": 1e3 * statistics.median(times[1:]),
+             "trainer_peak_bytes": torch.cuda.max_memory_allocated(),
+             "params": sum(p.numel() for p in model.parameters())}
+        if mode != "torch":
+            kinds = {}
+            for t in clients[mode].list(prefix=f"{mode}/{a.block}/"):
+                k = kinds.setdefault(t.key.rsplit("/", 1)[1], [0, 0])
+                k[0] += t.raw_bytes
+                k[1] += t.stored_bytes
+            r["states"] = {k: {"raw_bytes": v[0], "stored_bytes": v[1], "ratio": v[0] / v[1]} for k, v in kinds.items()}
+            r["lctd_stats"] = clients[mode].stats()
+        results[mode] = r
+        del model, opt
+        print(f"{mode}: losses {losses} step {r['step_ms']:.1f} ms peak {r['trainer_peak_bytes'] / 2**30:.2f} GiB",
+              flush=True)
+    for mode in ("ipc", "tcp"):
+        same = [x == y for x, y in zip(results["torch"]["losses"], results[mode]["losses"])]
+        results[mode]["losses_bitwise_equal"] = all(same)
+    assert results["ipc"]["losses_bitwise_equal"], "offloaded AdamW (same GPU) diverged from torch AdamW"
+
+    # Longest context under a fixed per-process cap, batch 1, two steps each.
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(a.cap_gib * 2**30 / total)
+    ctx = {}
+    for mode in ("torch", "ipc"):
+        best = 0
+        for T in (int(t) for t in a.contexts.split(",")):
+            torch.cuda.empty_cache()
+            fits = True
+            try:
+                model, opt = make(mode, T, clients.get(mode))
+                train(model, opt, 2, 1, T)
+            except torch.cuda.OutOfMemoryError:
+                fits = False
+            model = opt = None
+            if mode != "torch":  # this trial's states leave lctd
+                for t in list(clients[mode].list(prefix=f"{mode}/{T}/")):
+                    clients[mode].delete(t.key)
+            if not fits:
+                break
+            best = T
+        ctx[mode] = best
+        print(f"{mode}: longest context under {a.cap_gib} GiB: {best}", flush=True)
+    results["context_cap_gib"] = a.cap_gib
+    results["longest_context"] = ctx
+finally:
+    lctd.terminate()
+    lctd.wait(timeout=60)
+
+json.dump(results, open(os.path.join(a.out, "train.json"), "w"), indent=1)
+t, i = results["torch"], results["ipc"]
+states = sum(v["stored_bytes"] for v in i["states"].values())
+raw = sum(v["raw_bytes"] for v in i["states"].values())
+print(f"\nGPT {t['params'] / 1e6:.1f}M params, batch {a.batch} x {a.block}, {a.steps} steps, bf16 autocast")
+print(f"{'':28} {'torch AdamW':>12} {'lctd ipc':>12} {'lctd tcp':>12}")
+print(f"{'losses bitwise equal':28} {'-':>12} {str(i['losses_bitwise_equal']):>12} "
+      f"{str(results['tcp']['losses_bitwise_equal']):>12}")
+print(f"{'step ms (median)':28} " + " ".join(f"{results[m]['step_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
+print(f"{'step time overhead':28} {'-':>12} " +
+      " ".join(f"{100 * (results[m]['step_ms'] / t['step_ms'] - 1):11.1f}%" for m in ("ipc", "tcp")))
+print(f"{'trainer peak GiB':28} " +
+      " ".join(f"{results[m]['trainer_peak_bytes'] / 2**30:12.3f}" for m in ("torch", "ipc", "tcp")))
+print(f"{'+ lctd resident GiB':28} {'-':>12} {states / 2**30:12.3f}")
+print(f"{'total GiB':28} {t['trainer_peak_bytes'] / 2**30:12.3f} "
+      f"{(i['trainer_peak_bytes'] + states) / 2**30:12.3f}")
+for k, v in sorted(i["states"].items()):
+    print(f"{'  ' + k + ' ratio':28} {'-':>12} {v['ratio']:12.4f}  ({v['raw_bytes'] / 2**20:.0f} MiB raw)")
+print(f"{'  states raw -> stored':28} {'-':>12} {raw / 2**30:6.3f}->{states / 2**30:.3f}")
+print(f"{'longest context @ %.0f GiB' % a.cap_gib:28} {ctx['torch']:12d} {ctx['ipc']:12d}")

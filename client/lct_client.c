@@ -174,24 +174,6 @@ static void lct__info_of(const Lctpb__TensorMeta *m, lct_tensor_info *info) {
   info->checksum = m->checksum;
 }
 
-/* Reads the first line of path (without its line end) as the auth token. */
-static int lct__token_load(const char *path, uint8_t *token, size_t *len) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return LCT_EACCES;
-  char line[LCT_TOKEN_MAX + 3];
-  size_t n = 0;
-  if (fgets(line, sizeof line, f) != NULL)
-    n = strcspn(line, "\r\n");
-  int whole = n < sizeof line - 1 || line[n] == '\n';
-  fclose(f);
-  if (n == 0 || n > LCT_TOKEN_MAX || !whole)
-    return LCT_EACCES;
-  memcpy(token, line, n);
-  *len = n;
-  return 0;
-}
-
 int lct_connect(const lct_options *opts, lct_client **out) {
   lct_options o = {0};
   if (opts != NULL)
@@ -212,7 +194,7 @@ int lct_connect(const lct_options *opts, lct_client **out) {
     return LCT_ENOMEM;
   c->frame = frame;
   const char *token_file = o.auth_token_file != NULL ? o.auth_token_file : getenv("LCT_AUTH_TOKEN_FILE");
-  if (token_file != NULL && *token_file != '\0' && lct__token_load(token_file, c->token, &c->token_len) != 0) {
+  if (token_file != NULL && *token_file != '\0' && lct_token_file_read(token_file, c->token, &c->token_len) != 0) {
     free(c);
     return LCT_EACCES;
   }

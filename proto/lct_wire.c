@@ -2,6 +2,7 @@
 #include "lct_wire.h"
 
 #include <stdio.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lct_error.h"
@@ -101,4 +102,21 @@ int lct_wire_boot_id(uint8_t out[LCT_BOOT_ID_BYTES]) {
   size_t n = fread(out, 1, LCT_BOOT_ID_BYTES, f);
   fclose(f);
   return n == LCT_BOOT_ID_BYTES ? 0 : LCT_EIO;
+}
+
+int lct_token_file_read(const char *path, uint8_t token[LCT_TOKEN_MAX], size_t *len) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return LCT_EIO;
+  char line[LCT_TOKEN_MAX + 3];
+  size_t n = 0;
+  if (fgets(line, sizeof line, f) != NULL)
+    n = strcspn(line, "\r\n");
+  int whole = n < sizeof line - 1 || line[n] == '\n';
+  fclose(f);
+  if (n == 0 || n > LCT_TOKEN_MAX || !whole)
+    return LCT_EINVAL;
+  memcpy(token, line, n);
+  *len = n;
+  return 0;
 }

@@ -63,6 +63,11 @@ int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out);
 int lct_wire_boot_id(uint8_t out[LCT_BOOT_ID_BYTES]);
 
 /* Checks a key read from the wire or from a caller: 1..LCT_KEY_MAX bytes, no NUL. */
+/* The auth token file format shared by lctd and its clients: the token is the
+ * file's first line, without its line end, 1..LCT_TOKEN_MAX bytes. Returns 0,
+ * LCT_EIO when the file cannot be read (errno says why), or LCT_EINVAL. */
+int lct_token_file_read(const char *path, uint8_t token[LCT_TOKEN_MAX], size_t *len);
+
 int lct_wire_key_check(const uint8_t *key, size_t len);
 
 #ifdef __cplusplus

@@ -11,26 +11,18 @@ int lct__auth_load(const char *path, lct__auth *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (*path == '\0')
     return 0;
-  FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    snprintf(err, errlen, "auth_token_file: '%s' is not allowed: cannot read it (%s)", path,
-             strerror(errno));
+  int rc = lct_token_file_read(path, out->token, &out->len);
+  if (rc == LCT_EIO) {
+    snprintf(err, errlen, "auth_token_file: '%s' is not allowed: cannot read it (%s)", path, strerror(errno));
     return LCT_ECONFIG;
   }
-  char line[LCT_TOKEN_MAX + 3];
-  size_t n = 0;
-  if (fgets(line, sizeof line, f) != NULL)
-    n = strcspn(line, "\r\n");
-  int whole = n < sizeof line - 1 || line[n] == '\n';
-  fclose(f);
-  if (n < LCT__TOKEN_MIN || n > LCT_TOKEN_MAX || !whole) {
+  if (rc != 0 || out->len < LCT__TOKEN_MIN) {
+    memset(out, 0, sizeof *out);
     snprintf(err, errlen,
              "auth_token_file: '%s' is not allowed: expected a file whose first line is a token of %d to %d bytes",
              path, LCT__TOKEN_MIN, LCT_TOKEN_MAX);
     return LCT_ECONFIG;
   }
-  memcpy(out->token, line, n);
-  out->len = n;
   return 0;
 }
 

@@ -48,6 +48,8 @@ typedef struct lct_tensor_info {
  * file cannot be read). opts may be NULL. */
 int lct_connect(const lct_options *opts, lct_client **out);
 void lct_close(lct_client *c);
+/* Releases memory liblct handed out (lct_get_alloc data, lct_stats text); NULL is a no-op. */
+void lct_free(void *p);
 /* Detail of the last failure on c ("" if none); valid until the next call. */
 const char *lct_last_error(const lct_client *c);
 
@@ -64,7 +66,7 @@ int lct_put(lct_client *c, const char *key, int dtype, const uint64_t *shape, in
  * filled then, so the caller can retry with info->raw_bytes). The checksum
  * is verified (LCT_ECHECKSUM). info may be NULL. */
 int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info);
-/* Same, into a malloc'd buffer of info->raw_bytes bytes (free with free()). */
+/* Same, into a buffer of info->raw_bytes bytes that liblct allocates (free with lct_free()). */
 int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
 
 /* GPU buffers. lct_put_device and lct_get_device take a pointer into CUDA
@@ -129,7 +131,7 @@ typedef struct lct_server_stats {
 } lct_server_stats;
 
 /* Server counters; text, if not NULL, receives all of them as Prometheus
- * text (malloc'd, NUL-terminated; free with free()). out may be NULL. */
+ * text (NUL-terminated; free with lct_free()). out may be NULL. */
 int lct_stats(lct_client *c, lct_server_stats *out, char **text);
 
 /* Asks the server to write its tensors to its persist_dir now (those changed

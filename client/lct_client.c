@@ -729,6 +729,8 @@ static char *lct__strndup(const uint8_t *p, size_t n) {
   return s;
 }
 
+void lct_free(void *p) { free(p); }
+
 void lct_list_free(lct_list_page *page) {
   if (page == NULL)
     return;

@@ -47,7 +47,7 @@ static void get_equals(lct_client *c, const char *key, const void *want, size_t 
   cr_assert_eq(rc, 0, "get %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
   cr_assert_eq(info.raw_bytes, bytes, "%s size", key);
   cr_assert(bytes == 0 || memcmp(got, want, bytes) == 0, "%s bytes differ", key);
-  free(got);
+  lct_free(got);
 }
 
 /* ---- raw protocol access, for what liblct would never send ---------------- */
@@ -178,7 +178,7 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
   char *text;
   cr_assert_eq(lct_stats(c, NULL, &text), 0);
   cr_assert(strstr(text, "lct_requests_total{op=\"put_chunk\",status=\"ok\"}"), "the 200 KB put went in chunks");
-  free(text);
+  lct_free(text);
 
   cr_assert_eq(lct_delete(c, "model/w"), 0);
   cr_assert_eq(lct_delete(c, "model/w"), LCT_ENOENT);
@@ -291,7 +291,7 @@ Test(client, larger_than_frame, .init = start_default, .fini = stop) {
   char *text;
   cr_assert_eq(lct_stats(c, NULL, &text), 0);
   cr_assert(strstr(text, "op=\"put_commit\",status=\"ok\"} 1\n"), "%s", text);
-  free(text);
+  lct_free(text);
   free(d);
   lct_close(c);
 }
@@ -374,7 +374,7 @@ static void *worker_run(void *arg) {
         snprintf(w->why, sizeof w->why, "%s round %d: %s %s", key, i, lct_strerror(rc), lct_last_error(c));
       w->failures++;
     }
-    free(got);
+    lct_free(got);
     free(d);
   }
   lct_close(c);

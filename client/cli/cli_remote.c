@@ -229,7 +229,7 @@ int cli_get(int argc, char **argv) {
     size_t h = cli_npy_header(npy_descr(info.dtype), info.shape, info.ndim, header, sizeof header);
     uint8_t *file = malloc(h + info.raw_bytes);
     if (!h || !file) {
-      free(data);
+      lct_free(data);
       free(file);
       return cli_fail("get: %s: out of memory", out);
     }
@@ -240,7 +240,7 @@ int cli_get(int argc, char **argv) {
   } else {
     err = cli_write_file(out, data, info.raw_bytes);
   }
-  free(data);
+  lct_free(data);
   if (err) return cli_fail("get: %s: %s", out, strerror(err));
   char sh[128];
   format_shape(&info, sh, sizeof sh);
@@ -323,7 +323,7 @@ int cli_stats(int argc, char **argv) {
   if (rc) return remote_fail("stats", "", c, rc);
   lct_close(c);
   fputs(text, stdout);
-  free(text);
+  lct_free(text);
   return 0;
 }
 

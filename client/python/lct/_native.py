@@ -66,6 +66,7 @@ _CLIENT = ctypes.c_void_p
 _PROTOTYPES = {
     "lct_connect": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.POINTER(_CLIENT)]),
     "lct_close": (None, [_CLIENT]),
+    "lct_free": (None, [ctypes.c_void_p]),
     "lct_last_error": (ctypes.c_char_p, [_CLIENT]),
     "lct_put": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                                ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
@@ -104,7 +105,6 @@ def candidates():
 
 _lock = threading.Lock()
 _lib = None
-_libc = None
 
 
 def lib():
@@ -135,11 +135,5 @@ def lib():
 
 
 def free(ptr):
-    """Releases memory that liblct malloc'd (lct_get_alloc, lct_stats text)."""
-    global _libc
-    if _libc is None:
-        # The process's own free(): the one liblct's malloc pairs with.
-        _libc = ctypes.CDLL(None)
-        _libc.free.argtypes = [ctypes.c_void_p]
-        _libc.free.restype = None
-    _libc.free(ptr)
+    """Releases memory that liblct allocated (lct_get_alloc, lct_stats text)."""
+    lib().lct_free(ptr)

@@ -184,7 +184,7 @@ static void pack_mantissas(const uint8_t *src, uint64_t n, unsigned width, unsig
 
 /* Codes one chunk at dst, which has room for its raw form. The width is a
  * compile-time constant in each caller so the element loop specializes. */
-static inline size_t encode_chunk(encoder *e, const uint8_t *src, uint64_t n, uint64_t c,
+static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, const uint8_t *src, uint64_t n, uint64_t c,
                                   uint8_t *dst, lct_encode_stats *st, const unsigned width) {
   const lct__layout *lay = &e->lay;
   const uint64_t raw_size = LCT_RAW_CHUNK_HEADER + pad4(n * width);
@@ -394,7 +394,7 @@ static inline void store_elem(uint8_t *out, uint64_t i, uint32_t x, const unsign
 
 /* Decodes one coded chunk (header already read) into out; the chunk's bytes
  * are blob[at, at + size). Returns 0 or a negative error. */
-static inline int decode_coded_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size,
+static inline __attribute__((always_inline)) int decode_coded_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size,
                                      uint64_t n, uint8_t *out, const unsigned width) {
   const uint8_t *ch = blob + at;
   const unsigned m = d->lay.mant_bits, s = d->lay.sym_bits, trim = ch[1], keep = m - trim;

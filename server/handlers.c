@@ -387,19 +387,26 @@ static lct__entry *lct__find_key(lct__request *rq) {
   return e;
 }
 
+/* The entry a GET or GET_DEVICE reads: its key given and present, and at the
+ * version asked for, if any; else the error is answered and NULL returned. */
+static lct__entry *lct__find_to_read(lct__request *rq) {
+  if (!lct__need_key(rq))
+    return NULL;
+  lct__entry *e = lct__find_key(rq);
+  if (e != NULL && rq->hdr->has_version && rq->hdr->version != e->version) {
+    lct__reply_error(rq, LCT_ESTALE, "key is at version %" PRIu64 ", not %" PRIu64, e->version,
+                     rq->hdr->version);
+    return NULL;
+  }
+  return e;
+}
+
 static void lct__op_get(lct__request *rq) {
   lct__server *srv = rq->srv;
   Lctpb__Request *h = rq->hdr;
-  if (!lct__need_key(rq))
-    return;
-  lct__entry *e = lct__find_key(rq);
+  lct__entry *e = lct__find_to_read(rq);
   if (e == NULL)
     return;
-  if (h->has_version && h->version != e->version) {
-    lct__reply_error(rq, LCT_ESTALE, "key is at version %" PRIu64 ", not %" PRIu64, e->version,
-                     h->version);
-    return;
-  }
   uint64_t off = h->has_offset ? h->offset : 0;
   if (off > e->raw_bytes) {
     lct__reply_error(rq, LCT_EINVAL, "offset %" PRIu64 " beyond the tensor's %" PRIu64 " bytes",
@@ -511,16 +518,9 @@ static void lct__op_put_device(lct__request *rq) {
 }
 
 static void lct__op_get_device(lct__request *rq) {
-  Lctpb__Request *h = rq->hdr;
-  if (!lct__need_key(rq))
-    return;
-  lct__entry *e = lct__find_key(rq);
+  lct__entry *e = lct__find_to_read(rq);
   if (e == NULL)
     return;
-  if (h->has_version && h->version != e->version) {
-    lct__reply_error(rq, LCT_ESTALE, "key is at version %" PRIu64 ", not %" PRIu64, e->version, h->version);
-    return;
-  }
   uint8_t *dst;
   if (!lct__device_or_reply(rq, e->raw_bytes, 0, &dst))
     return;

@@ -36,6 +36,19 @@ struct lct__transport {
   lct__sock socks[];
 };
 
+
+/* One message and its routing header, both as nanomsg-owned buffers (NN_MSG):
+ * received without a copy, and sent by handing the buffers back. */
+static void lct__zero_copy_hdr(struct nn_msghdr *hdr, struct nn_iovec *iov, void **msg, void **control) {
+  iov->iov_base = msg;
+  iov->iov_len = NN_MSG;
+  memset(hdr, 0, sizeof *hdr);
+  hdr->msg_iov = iov;
+  hdr->msg_iovlen = 1;
+  hdr->msg_control = control;
+  hdr->msg_controllen = NN_MSG;
+}
+
 static void lct__on_readable(uv_poll_t *h, int status, int events) {
   lct__sock *s = h->data;
   if (status < 0) {
@@ -44,13 +57,9 @@ static void lct__on_readable(uv_poll_t *h, int status, int events) {
   }
   for (int i = 0; i < LCT__RECV_BATCH && s->polling; i++) {
     void *msg = NULL, *control = NULL;
-    struct nn_iovec iov = {&msg, NN_MSG};
+    struct nn_iovec iov;
     struct nn_msghdr hdr;
-    memset(&hdr, 0, sizeof hdr);
-    hdr.msg_iov = &iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = &control;
-    hdr.msg_controllen = NN_MSG;
+    lct__zero_copy_hdr(&hdr, &iov, &msg, &control);
     int len = nn_recvmsg(s->fd, &hdr, NN_DONTWAIT);
     if (len < 0) {
       int e = nn_errno();
@@ -147,13 +156,9 @@ int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_
 
 int lct__transport_send(lct__transport *t, int sock, void *control, void *msg, size_t len) {
   lct__sock *s = &t->socks[sock];
-  struct nn_iovec iov = {&msg, NN_MSG};
+  struct nn_iovec iov;
   struct nn_msghdr hdr;
-  memset(&hdr, 0, sizeof hdr);
-  hdr.msg_iov = &iov;
-  hdr.msg_iovlen = 1;
-  hdr.msg_control = &control;
-  hdr.msg_controllen = NN_MSG;
+  lct__zero_copy_hdr(&hdr, &iov, &msg, &control);
   int rc;
   while ((rc = nn_sendmsg(s->fd, &hdr, NN_DONTWAIT)) < 0 && nn_errno() == EINTR)
     ;

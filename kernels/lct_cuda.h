@@ -67,6 +67,8 @@ typedef struct lct_cuda_encode_item {
   void *dst;                          /* device, 8-byte aligned, cap bytes; receives the blob (proto/FORMAT.md) */
   size_t cap;                         /* bytes at dst, >= lct_encode_bound(dtype, n_elems) */
   uint64_t *blob_bytes;               /* device or pinned: receives the blob's size in bytes, 8-byte aligned */
+  uint64_t *code_bits;                /* device or pinned, 8-byte aligned, or NULL: the kernel adds the item's code
+                                         bits as lct_encode_stats.code_bits counts them (the caller zeroes it) */
 } lct_cuda_encode_item;
 
 /* Workspace bytes for encoding these items in one call (a few bytes per chunk). */
@@ -81,7 +83,7 @@ size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t 
 int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
-/* One tensor: lct_cuda_encode_batch with a single item. */
+/* One tensor: lct_cuda_encode_batch with a single item (code_bits NULL). */
 int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems, void *dst,
                     size_t cap, uint64_t *blob_bytes, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
@@ -114,12 +116,31 @@ int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t count, void 
 int lct_cuda_decode(int dtype, uint64_t n_elems, const void *blob, size_t blob_bytes, void *dst, int *status,
                     void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
-/* Workspace bytes for lct_cuda_crc32c over bytes bytes (4 per KiB). */
+/* One range of device memory to checksum. */
+typedef struct lct_cuda_crc_item {
+  const void *src; /* device, bytes bytes, any alignment (NULL only when bytes is 0) */
+  uint64_t bytes;  /* at most 2^56 (LCT_E2BIG) */
+  uint32_t *crc;   /* device or pinned, 4-byte aligned: receives the CRC-32C (0 for 0 bytes) */
+} lct_cuda_crc_item;
+
+/* Workspace bytes for lct_cuda_crc32c over bytes bytes: 4 per 64 KiB of
+ * bytes + 15, rounded up (0 for 0 bytes). */
 size_t lct_cuda_crc32c_workspace_size(uint64_t bytes);
 
+/* Workspace bytes for lct_cuda_crc32c_batch over these items: the sum of
+ * their lct_cuda_crc32c_workspace_size. */
+size_t lct_cuda_crc32c_batch_workspace_size(const lct_cuda_crc_item *items, size_t count);
+
 /* CRC-32C (proto/lct_checksum.h: the value lct_crc32c(0, ...) returns) of
- * bytes bytes of device memory src, any alignment, into *crc (device or
- * pinned, 4-byte aligned). workspace: device, workspace_bytes >=
+ * each item's bytes into its *crc. items is a host array (read before
+ * return). At most two launches per 512 items, whatever their sizes; the
+ * kernel takes 132 KiB of shared memory per block. workspace: device, 4-byte
+ * aligned, workspace_bytes >= lct_cuda_crc32c_batch_workspace_size(items,
+ * count) (NULL when that is 0). */
+int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t count, void *workspace, size_t workspace_bytes,
+                          cudaStream_t stream);
+
+/* One range: lct_cuda_crc32c_batch with a single item. workspace_bytes >=
  * lct_cuda_crc32c_workspace_size(bytes). */
 int lct_cuda_crc32c(const void *src, uint64_t bytes, uint32_t *crc, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream);

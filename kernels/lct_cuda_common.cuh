@@ -19,7 +19,7 @@
 #define LCT__MAGIC 0x5A54434Cu          /* "LCTZ" read as a little-endian u32 */
 #define LCT__MAX_SYM_BITS 10
 #define LCT__CB_WORDS 130               /* pad8(ceil((2^10 + 1) / 2)) / 4 */
-#define LCT__BATCH 128                  /* tensors per launch (kernel parameters, ~6 KiB) */
+#define LCT__BATCH 128                  /* tensors per launch (kernel parameters, ~7 KiB) */
 #define LCT__FULL 0xffffffffu
 
 /* Per dtype: element bytes W, symbol bits S, mantissa bits M (proto/FORMAT.md). */

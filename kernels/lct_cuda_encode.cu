@@ -20,6 +20,7 @@ int check_item(const lct_cuda_encode_item *it) {
   if (it->n_elems > UINT64_MAX / 8 || lct_chunk_count(it->n_elems) >= kMaxItemsPerLaunch) return LCT_E2BIG;
   if ((it->n_elems && !it->src) || ((uintptr_t)it->src % w)) return LCT_EINVAL;
   if (!it->dst || ((uintptr_t)it->dst & 7) || !it->blob_bytes || ((uintptr_t)it->blob_bytes & 7)) return LCT_EINVAL;
+  if ((uintptr_t)it->code_bits & 7) return LCT_EINVAL;
   if (it->cap < lct_encode_bound(it->dtype, it->n_elems)) return LCT_EBUFSIZE;
   return 0;
 }
@@ -64,6 +65,7 @@ struct encode_launch {
       t.cb = it->codebook ? it->codebook->dev : nullptr;
       t.n_elems = it->n_elems;
       t.blob_bytes = it->blob_bytes;
+      t.code_bits = reinterpret_cast<unsigned long long *>(it->code_bits);
       t.begin = (uint32_t)n_items;
       t.aligned = ((uintptr_t)it->src & 15) == 0;
       n_items += w;
@@ -105,6 +107,6 @@ extern "C" int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t c
 extern "C" int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems,
                                void *dst, size_t cap, uint64_t *blob_bytes, void *workspace, size_t workspace_bytes,
                                cudaStream_t stream) {
-  const lct_cuda_encode_item it = {dtype, codebook, src, n_elems, dst, cap, blob_bytes};
+  const lct_cuda_encode_item it = {dtype, codebook, src, n_elems, dst, cap, blob_bytes, NULL};
   return lct_cuda_encode_batch(&it, 1, workspace, workspace_bytes, stream);
 }

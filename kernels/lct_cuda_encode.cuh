@@ -17,6 +17,7 @@ struct lct__enc_tensor {
   const lct__dev_codebook *cb;
   uint64_t n_elems;
   uint64_t *blob_bytes;
+  unsigned long long *code_bits; /* or NULL */
   uint32_t begin;   /* its first work item (chunk, or the header of an empty tensor) in the launch */
   uint32_t aligned; /* src is 16-byte aligned */
 };
@@ -310,6 +311,10 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   const uint32_t mbytes = (uint32_t)lct__pad4(((uint64_t)n * k + 7) / 8), hbytes = (uint32_t)lct__pad4((total + 7) / 8);
   const bool coded = S > 0 && LCT_CODED_CHUNK_HEADER + mbytes + hbytes < raw_size;
   const uint32_t size = coded ? LCT_CODED_CHUNK_HEADER + mbytes + hbytes : raw_size;
+  /* lct_encode_stats.code_bits: counted once the mantissas leave room for
+   * codes, also when the codes then do not pay and the chunk goes raw. */
+  if (S > 0 && tid == 0 && T.code_bits && LCT_CODED_CHUNK_HEADER + mbytes < raw_size)
+    atomicAdd(T.code_bits, (unsigned long long)total);
 
   if (warp == 0) {
     const uint64_t excl = lct__lookback(p.lookback, T.begin, item, size, lane);

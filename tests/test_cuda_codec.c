@@ -80,9 +80,11 @@ static dbuf dput(const void *h, size_t len, size_t shift) {
   return b;
 }
 
-/* Encodes on the GPU; returns a malloc'd copy of the blob and its size. */
+/* Encodes on the GPU; returns a malloc'd copy of the blob and its size.
+ * With bits, a batch item receives the code bits (added to a nonzero start,
+ * then subtracted); without, the one-tensor call runs (no code bits). */
 static uint8_t *gpu_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n, size_t shift,
-                           uint64_t *size) {
+                           uint64_t *size, uint64_t *bits) {
   const size_t w = lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
   lct_cuda_codebook *dcb = NULL;
   if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_cuda_codebook_create(cb, &dcb), 0);
@@ -91,15 +93,25 @@ static uint8_t *gpu_encode(int dtype, const lct_codebook *cb, const void *src, u
   uint64_t *d_size;
   CUDA_OK(cudaMalloc((void **)&d_blob, cap));
   CUDA_OK(cudaMemset(d_blob, 0xA5, cap)); /* poison: every byte of the blob must be written */
-  CUDA_OK(cudaMalloc((void **)&d_size, sizeof *d_size));
+  const uint64_t start = 1000003;
+  CUDA_OK(cudaMalloc((void **)&d_size, 2 * sizeof *d_size)); /* blob size, code bits */
   CUDA_OK(cudaMemset(d_size, 0xff, sizeof *d_size));
-  lct_cuda_encode_item it = {dtype, dcb, in.p, n, d_blob, cap, d_size};
+  CUDA_OK(cudaMemcpy(d_size + 1, &start, sizeof start, cudaMemcpyHostToDevice));
+  lct_cuda_encode_item it = {dtype, dcb, in.p, n, d_blob, cap, d_size, d_size + 1};
   size_t ws_bytes = lct_cuda_encode_workspace_size(&it, 1);
   void *ws;
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
-  cr_assert_eq(lct_cuda_encode(dtype, dcb, in.p, n, d_blob, cap, d_size, ws, ws_bytes, 0), 0);
+  if (bits) {
+    cr_assert_eq(lct_cuda_encode_batch(&it, 1, ws, ws_bytes, 0), 0);
+  } else {
+    cr_assert_eq(lct_cuda_encode(dtype, dcb, in.p, n, d_blob, cap, d_size, ws, ws_bytes, 0), 0);
+  }
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemcpy(size, d_size, sizeof *size, cudaMemcpyDeviceToHost));
+  if (bits) {
+    CUDA_OK(cudaMemcpy(bits, d_size + 1, sizeof *bits, cudaMemcpyDeviceToHost));
+    *bits -= start;
+  }
   cr_assert_leq(*size, cap, "%s n=%llu: blob size %llu beyond the bound %zu", lct_dtype_name(dtype),
                 (unsigned long long)n, (unsigned long long)*size, cap);
   uint8_t *blob = malloc(cap);
@@ -164,14 +176,16 @@ static void describe(const uint8_t *blob, uint64_t len, int dtype, uint64_t at, 
   snprintf(buf, cap, "beyond the chunks");
 }
 
-/* The GPU blob equals lct_encode's byte for byte, and both codecs decode it. */
-static void check_same(int dtype, const lct_codebook *cb, const void *src, uint64_t n, size_t shift, const char *what) {
+/* The GPU blob equals lct_encode's byte for byte, its code bits equal the
+ * CPU's count, and both codecs decode it. */
+static lct_encode_stats check_same(int dtype, const lct_codebook *cb, const void *src, uint64_t n, size_t shift,
+                                   const char *what) {
   const size_t w = lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
   uint8_t *cpu = malloc(cap);
   lct_encode_stats st;
   cr_assert_eq(lct_encode(dtype, cb, src, n, cpu, cap, &st), 0);
-  uint64_t gsize;
-  uint8_t *gpu = gpu_encode(dtype, cb, src, n, shift, &gsize);
+  uint64_t gsize, gbits;
+  uint8_t *gpu = gpu_encode(dtype, cb, src, n, shift, &gsize, &gbits);
   uint64_t first = 0;
   while (first < gsize && first < st.blob_bytes && gpu[first] == cpu[first]) first++;
   if (gsize != st.blob_bytes || first < gsize) {
@@ -182,6 +196,9 @@ static void check_same(int dtype, const lct_codebook *cb, const void *src, uint6
                    (unsigned long long)st.blob_bytes, (unsigned long long)first, where,
                    first < gsize ? gpu[first] : 0, first < st.blob_bytes ? cpu[first] : 0);
   }
+  cr_assert_eq(gbits, st.code_bits, "%s %s n=%llu: GPU code bits %llu, CPU %llu (%llu escapes, %llu raw chunks)", what,
+               lct_dtype_name(dtype), (unsigned long long)n, (unsigned long long)gbits,
+               (unsigned long long)st.code_bits, (unsigned long long)st.escapes, (unsigned long long)st.raw_chunks);
   uint8_t *out = malloc(n * w + 1);
   int status = gpu_decode(dtype, n, gpu, gsize, out, shift);
   cr_assert_eq(status, 0, "%s %s n=%llu: GPU decode status %d (%s)", what, lct_dtype_name(dtype),
@@ -191,6 +208,7 @@ static void check_same(int dtype, const lct_codebook *cb, const void *src, uint6
   free(out);
   free(gpu);
   free(cpu);
+  return st;
 }
 
 static void codebook_for(int dtype, const void *src, uint64_t n, lct_codebook *cb) {
@@ -257,15 +275,38 @@ Test(cuda_codec, stale_codebook) {
     gen(dtype, 0, 12, b, n);
     lct_codebook cb;
     codebook_for(dtype, a, n, &cb);
-    check_same(dtype, &cb, b, n, 0, "stale");
-    /* One known symbol: every element escapes. */
+    cr_assert_gt(check_same(dtype, &cb, b, n, 0, "stale").escapes, 0);
+    /* One known symbol: (nearly) every element escapes. */
     uint64_t hist[LCT_MAX_SYMS] = {0};
     hist[1] = 1;
     cr_assert_eq(lct_codebook_build(dtype, hist, &cb), 0);
-    check_same(dtype, &cb, a, n, 0, "one-symbol");
+    cr_assert_gt(check_same(dtype, &cb, a, n, 0, "one-symbol").escapes, n / 2);
   }
   free(a);
   free(b);
+}
+
+/* Code bits count for chunks whose codes did not pay (random bits: stored
+ * raw) but not for chunks too short to hold a coded header (the tail). */
+Test(cuda_codec, code_bits_of_raw_chunks) {
+  REQUIRE_GPU();
+  const uint64_t n = 3 * LCT_CHUNK_ELEMS + 5;
+  uint8_t *src = malloc(n * 4);
+  for (int dtype = 1; dtype < LCT_DTYPE_COUNT; dtype++) {
+    gen(dtype, 0, 21, src, n);
+    lct_codebook cb;
+    codebook_for(dtype, src, n, &cb);
+    const lct_encode_stats st = check_same(dtype, &cb, src, n, 0, "raw chunks");
+    const size_t cap = lct_encode_bound(dtype, 3 * LCT_CHUNK_ELEMS);
+    uint8_t *blob = malloc(cap);
+    lct_encode_stats full;
+    cr_assert_eq(lct_encode(dtype, &cb, src, 3 * LCT_CHUNK_ELEMS, blob, cap, &full), 0);
+    cr_assert_eq(st.raw_chunks, 4, "%s: %llu raw chunks", lct_dtype_name(dtype), (unsigned long long)st.raw_chunks);
+    cr_assert_gt(st.code_bits, 0);
+    cr_assert_eq(st.code_bits, full.code_bits, "%s: the 5-element tail counts no code bits", lct_dtype_name(dtype));
+    free(blob);
+  }
+  free(src);
 }
 
 Test(cuda_codec, shared_tensor_slices) {
@@ -320,7 +361,7 @@ Test(cuda_codec, golden_blobs) {
       cr_assert_eq(lct_codebook_parse(dtype, blob + LCT_HEADER_BYTES, lct_codebook_bytes(dtype), &cb), 0);
     const uint64_t n = in_len / lct_dtype_size(dtype);
     uint64_t gsize;
-    uint8_t *gpu = gpu_encode(dtype, &cb, in, n, 0, &gsize);
+    uint8_t *gpu = gpu_encode(dtype, &cb, in, n, 0, &gsize, NULL);
     cr_assert_eq(gsize, blob_len, "%s: GPU blob %llu bytes, golden %zu", de->d_name, (unsigned long long)gsize,
                  blob_len);
     cr_assert_arr_eq(gpu, blob, blob_len, "%s: GPU blob differs from the golden one", de->d_name);
@@ -365,8 +406,9 @@ Test(cuda_codec, histogram_matches_cpu) {
   free(src);
 }
 
-/* Hundreds of tensors of mixed dtypes and sizes in one call: each blob equals
- * the CPU's (so the single call's), and a batched decode restores them all. */
+/* Hundreds of tensors of mixed dtypes and sizes in one call: each blob and
+ * code-bit count equals the CPU's (so the single call's; every fifth item
+ * asks for no count), and a batched decode restores them all. */
 Test(cuda_codec, batch_equals_single) {
   REQUIRE_GPU();
   enum { COUNT = 300 };
@@ -387,17 +429,19 @@ Test(cuda_codec, batch_equals_single) {
     codebook_for(dtype, host[i], n, &cb[i]);
     cbs[i] = NULL;
     if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_cuda_codebook_create(&cb[i], &cbs[i]), 0);
-    enc[i] = (lct_cuda_encode_item){dtype, cbs[i], NULL, n, NULL, lct_encode_bound(dtype, n), NULL};
+    enc[i] = (lct_cuda_encode_item){dtype, cbs[i], NULL, n, NULL, lct_encode_bound(dtype, n), NULL, NULL};
     total_in += (n * w + 255) & ~(size_t)255;
     total_cap += (enc[i].cap + 255) & ~(size_t)255;
   }
   uint8_t *d_in, *d_blobs, *d_out;
-  uint64_t *d_sizes, sizes[COUNT];
+  uint64_t *d_sizes, sizes[COUNT], *d_bits, bits[COUNT];
   int *d_status, status[COUNT];
   CUDA_OK(cudaMalloc((void **)&d_in, total_in + 256));
   CUDA_OK(cudaMalloc((void **)&d_out, total_in + 256));
   CUDA_OK(cudaMalloc((void **)&d_blobs, total_cap + 256));
   CUDA_OK(cudaMalloc((void **)&d_sizes, sizeof sizes));
+  CUDA_OK(cudaMalloc((void **)&d_bits, sizeof bits));
+  CUDA_OK(cudaMemset(d_bits, 0, sizeof bits));
   CUDA_OK(cudaMalloc((void **)&d_status, sizeof status));
   size_t in_at = 0, blob_at = 0;
   for (int i = 0; i < COUNT; i++) {
@@ -406,6 +450,7 @@ Test(cuda_codec, batch_equals_single) {
     if (bytes) CUDA_OK(cudaMemcpy(d_in + in_at, host[i], bytes, cudaMemcpyHostToDevice));
     enc[i].dst = d_blobs + blob_at;
     enc[i].blob_bytes = d_sizes + i;
+    enc[i].code_bits = i % 5 == 4 ? NULL : d_bits + i;
     dec[i] = (lct_cuda_decode_item){enc[i].dtype, enc[i].n_elems, enc[i].dst, 0, d_out + in_at, d_status + i};
     in_at += (bytes + 255) & ~(size_t)255;
     blob_at += (enc[i].cap + 255) & ~(size_t)255;
@@ -416,6 +461,7 @@ Test(cuda_codec, batch_equals_single) {
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
   cr_assert_eq(lct_cuda_encode_batch(enc, COUNT, ws, ws_bytes, 0), 0);
   CUDA_OK(cudaMemcpy(sizes, d_sizes, sizeof sizes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(bits, d_bits, sizeof bits, cudaMemcpyDeviceToHost));
   for (int i = 0; i < COUNT; i++) {
     const int dtype = enc[i].dtype;
     uint8_t *cpu = malloc(enc[i].cap), *gpu = malloc(enc[i].cap);
@@ -427,6 +473,9 @@ Test(cuda_codec, batch_equals_single) {
     CUDA_OK(cudaMemcpy(gpu, enc[i].dst, sizes[i], cudaMemcpyDeviceToHost));
     cr_assert_arr_eq(gpu, cpu, sizes[i], "tensor %d (%s, n=%llu): batched blob differs", i, lct_dtype_name(dtype),
                      (unsigned long long)enc[i].n_elems);
+    cr_assert_eq(bits[i], enc[i].code_bits ? st.code_bits : 0,
+                 "tensor %d (%s, n=%llu): batched code bits %llu, CPU %llu", i, lct_dtype_name(dtype),
+                 (unsigned long long)enc[i].n_elems, (unsigned long long)bits[i], (unsigned long long)st.code_bits);
     dec[i].blob_bytes = sizes[i];
     free(cpu);
     free(gpu);
@@ -446,6 +495,7 @@ Test(cuda_codec, batch_equals_single) {
   }
   CUDA_OK(cudaFree(ws));
   CUDA_OK(cudaFree(d_status));
+  CUDA_OK(cudaFree(d_bits));
   CUDA_OK(cudaFree(d_sizes));
   CUDA_OK(cudaFree(d_blobs));
   CUDA_OK(cudaFree(d_out));
@@ -470,6 +520,8 @@ Test(cuda_codec, argument_errors) {
   cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d + 2, 4, d + 1024, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1028, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound, sz, d + 3072, 8, 0), LCT_EBUFSIZE);
+  lct_cuda_encode_item it = {LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound, sz, (uint64_t *)(d + 2060)};
+  cr_assert_eq(lct_cuda_encode_batch(&it, 1, d + 3072, 1024, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1028, 100, d, (int *)sz, d + 3072, 16, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1024, 100, d, (int *)sz, d + 3072, 16, 0), LCT_EBUFSIZE);
   cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1024, 100, d + 1, (int *)sz, d, 1 << 20, 0), LCT_EINVAL);
@@ -635,31 +687,116 @@ Test(cuda_codec, wrong_expectations_rejected) {
   free(blob);
 }
 
-/* lct_cuda_crc32c is lct_crc32c: sizes around the piece (1 KiB) and fold
- * boundaries, unaligned starts, a multi-MiB buffer. */
+/* Random bytes on the device and their host copy. */
+static uint8_t *crc_buffer(uint64_t len, uint8_t **dev) {
+  uint8_t *host = malloc(len);
+  test_rng rng = {77};
+  for (uint64_t i = 0; i < len; i++) host[i] = (uint8_t)test_rand(&rng);
+  CUDA_OK(cudaMalloc((void **)dev, len));
+  CUDA_OK(cudaMemcpy(*dev, host, len, cudaMemcpyHostToDevice));
+  return host;
+}
+
+/* lct_cuda_crc32c and lct_cuda_crc32c_batch are lct_crc32c: sizes around the
+ * 16- and 32-byte loads up to tensors of many pieces, at every start offset
+ * mod 16 (and 17), one call each and all in one batch. */
 Test(cuda_codec, crc32c_matches_cpu) {
   REQUIRE_GPU();
-  static const uint64_t sizes[] = {0, 1, 3, 1023, 1024, 1025, 4096 + 17, 256 * 1024, 1 << 20, (3 << 20) + 7};
-  const uint64_t max = (3 << 20) + 7 + 16;
-  uint8_t *host = malloc(max), *dev;
-  test_rng rng = {77};
-  for (uint64_t i = 0; i < max; i++) host[i] = (uint8_t)test_rand(&rng);
-  size_t ws_bytes = lct_cuda_crc32c_workspace_size(max);
-  void *ws;
+  static const uint64_t sizes[] = {0, 1, 3, 15, 16, 17, 1023, 1024, 1025, 65535, 1 << 20, (5 << 20) + 7};
+  enum { NS = sizeof sizes / sizeof sizes[0], OFFS = 18, COUNT = NS * OFFS };
+  const uint64_t max = (5 << 20) + 7 + OFFS;
+  uint8_t *dev, *host = crc_buffer(max, &dev);
+  static lct_cuda_crc_item items[COUNT];
   uint32_t *crc;
-  CUDA_OK(cudaMalloc((void **)&dev, max));
+  CUDA_OK(cudaMallocHost((void **)&crc, 2 * COUNT * sizeof *crc));
+  for (int i = 0; i < COUNT; i++) items[i] = (lct_cuda_crc_item){dev + i % OFFS, sizes[i / OFFS], crc + COUNT + i};
+  size_t ws_bytes = lct_cuda_crc32c_batch_workspace_size(items, COUNT);
+  cr_assert_geq(ws_bytes, lct_cuda_crc32c_workspace_size(max));
+  void *ws;
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
-  CUDA_OK(cudaMallocHost((void **)&crc, sizeof *crc));
-  CUDA_OK(cudaMemcpy(dev, host, max, cudaMemcpyHostToDevice));
-  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
-    for (uint64_t at = 0; at < 16; at += 5) {
-      *crc = 0xDEADBEEF;
-      cr_assert_eq(lct_cuda_crc32c(dev + at, sizes[k], crc, ws, ws_bytes, 0), 0);
-      CUDA_OK(cudaStreamSynchronize(0));
-      cr_assert_eq(*crc, lct_crc32c(0, host + at, sizes[k]), "%llu bytes at +%llu", (unsigned long long)sizes[k],
-                   (unsigned long long)at);
+  for (int i = 0; i < 2 * COUNT; i++) crc[i] = 0xDEADBEEF;
+  for (int i = 0; i < COUNT; i++) {
+    const size_t need = lct_cuda_crc32c_workspace_size(items[i].bytes);
+    cr_assert_eq(lct_cuda_crc32c(items[i].src, items[i].bytes, crc + i, ws, need, 0), 0);
+  }
+  cr_assert_eq(lct_cuda_crc32c_batch(items, COUNT, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaStreamSynchronize(0));
+  for (int i = 0; i < COUNT; i++) {
+    const uint32_t want = lct_crc32c(0, host + (i % OFFS), items[i].bytes);
+    cr_assert_eq(crc[i], want, "%llu bytes at +%d: %08x, want %08x", (unsigned long long)items[i].bytes, i % OFFS,
+                 crc[i], want);
+    cr_assert_eq(crc[COUNT + i], want, "batched, %llu bytes at +%d: %08x, want %08x",
+                 (unsigned long long)items[i].bytes, i % OFFS, crc[COUNT + i], want);
+  }
+  CUDA_OK(cudaFreeHost(crc));
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(dev));
+  free(host);
+}
+
+/* Mixed sizes and offsets in one batch, overlapping ranges included; then
+ * more items than one launch takes. */
+Test(cuda_codec, crc32c_batch_mixed) {
+  REQUIRE_GPU();
+  const uint64_t max = 8 << 20;
+  uint8_t *dev, *host = crc_buffer(max, &dev);
+  enum { MIXED = 300, MANY = 1300 };
+  static lct_cuda_crc_item items[MANY];
+  uint32_t *crc;
+  CUDA_OK(cudaMallocHost((void **)&crc, MANY * sizeof *crc));
+  test_rng rng = {4711};
+  for (int i = 0; i < MANY; i++) {
+    const uint64_t r = test_rand(&rng), kind = r % 5;
+    uint64_t len = kind == 0 ? 0 : kind == 1 ? r >> 8 & 63 : kind == 2 ? r >> 8 & 0xffff : r >> 8 & 0x3fffff;
+    if (i >= MIXED) len = r >> 8 & 4095; /* many small ones */
+    const uint64_t at = test_rand(&rng) % (max - len + 1);
+    items[i] = (lct_cuda_crc_item){dev + at, len, crc + i};
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    const int count = pass ? MANY : MIXED;
+    size_t ws_bytes = lct_cuda_crc32c_batch_workspace_size(items, count);
+    void *ws;
+    CUDA_OK(cudaMalloc(&ws, ws_bytes ? ws_bytes : 1));
+    for (int i = 0; i < count; i++) crc[i] = 0xDEADBEEF;
+    cr_assert_eq(lct_cuda_crc32c_batch(items, count, ws, ws_bytes, 0), 0);
+    CUDA_OK(cudaStreamSynchronize(0));
+    for (int i = 0; i < count; i++) {
+      const uint8_t *src = host + ((const uint8_t *)items[i].src - dev);
+      const uint32_t want = lct_crc32c(0, src, items[i].bytes);
+      cr_assert_eq(crc[i], want, "item %d of %d (%llu bytes at %td): %08x, want %08x", i, count,
+                   (unsigned long long)items[i].bytes, (const uint8_t *)items[i].src - dev, crc[i], want);
     }
-  cr_assert_eq(lct_cuda_crc32c(dev, max, crc, ws, ws_bytes - 4, 0), LCT_EBUFSIZE);
+    CUDA_OK(cudaFree(ws));
+  }
+  CUDA_OK(cudaFreeHost(crc));
+  CUDA_OK(cudaFree(dev));
+  free(host);
+}
+
+Test(cuda_codec, crc32c_argument_errors) {
+  REQUIRE_GPU();
+  const uint64_t len = 3 << 20;
+  uint8_t *dev, *host = crc_buffer(len, &dev);
+  uint32_t *crc;
+  CUDA_OK(cudaMallocHost((void **)&crc, 4 * sizeof *crc));
+  const size_t ws_bytes = lct_cuda_crc32c_workspace_size(len);
+  void *ws;
+  CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  cr_assert_eq(lct_cuda_crc32c(dev, len, NULL, ws, ws_bytes, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_crc32c(dev, len, (uint32_t *)((uint8_t *)crc + 2), ws, ws_bytes, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_crc32c(NULL, len, crc, ws, ws_bytes, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_crc32c(dev, len, crc, NULL, ws_bytes, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_crc32c(dev, len, crc, ws, ws_bytes - 4, 0), LCT_EBUFSIZE);
+  const lct_cuda_crc_item two[2] = {{dev, len, crc}, {dev + 1, len - 1, crc + 1}};
+  cr_assert_eq(lct_cuda_crc32c_batch(two, 2, ws, ws_bytes, 0), LCT_EBUFSIZE);
+  cr_assert_eq(lct_cuda_crc32c_batch(NULL, 2, ws, ws_bytes, 0), LCT_EINVAL);
+  cr_assert_eq(lct_cuda_crc32c_batch(two, 0, NULL, 0, 0), 0);
+  /* Zero bytes need no workspace and give 0. */
+  crc[0] = 0xDEADBEEF;
+  cr_assert_eq(lct_cuda_crc32c_workspace_size(0), 0);
+  cr_assert_eq(lct_cuda_crc32c(NULL, 0, crc, NULL, 0, 0), 0);
+  CUDA_OK(cudaStreamSynchronize(0));
+  cr_assert_eq(crc[0], 0);
   CUDA_OK(cudaFreeHost(crc));
   CUDA_OK(cudaFree(ws));
   CUDA_OK(cudaFree(dev));

@@ -1,4 +1,4 @@
-/* bench_gpu.c — GPU codec benchmark: encode/decode against a same-run device-to-device memcpy, ratio, batches. */
+/* bench_gpu.c — GPU codec benchmark: encode/decode/CRC-32C against a same-run device-to-device memcpy, ratio, batches. */
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <math.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "lct_checksum.h"
 #include "lct_cuda.h"
 
 #define GPU_TRY(call)                                                                        \
@@ -33,7 +34,7 @@ typedef struct {
   int dtype;
   char data[24];                 /* "mix" or the tensor kind */
   uint64_t raw, blob;            /* bytes */
-  double copy_ms, enc_ms, dec_ms; /* medians */
+  double copy_ms, enc_ms, dec_ms, crc_ms; /* medians */
   double hist_ms, build_ms;       /* histogram kernel; host codebook build */
   double bound;                   /* order-0 bound of the ratio (0: not computed) */
   int verified_cpu;               /* blob compared with lct_encode's */
@@ -52,7 +53,19 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* One timed operation; kind selects which. */
-enum { OP_COPY, OP_ENCODE, OP_DECODE, OP_HIST, OP_ENCODE_BATCH, OP_DECODE_BATCH, OP_ENCODE_EACH, OP_DECODE_EACH };
+enum {
+  OP_COPY,
+  OP_ENCODE,
+  OP_DECODE,
+  OP_HIST,
+  OP_CRC,
+  OP_ENCODE_BATCH,
+  OP_DECODE_BATCH,
+  OP_CRC_BATCH,
+  OP_ENCODE_EACH,
+  OP_DECODE_EACH,
+  OP_CRC_EACH
+};
 typedef struct {
   int dtype;
   const void *src;
@@ -63,7 +76,11 @@ typedef struct {
   const lct_cuda_codebook *cb;
   const lct_cuda_encode_item *enc;
   const lct_cuda_decode_item *dec;
+  const lct_cuda_crc_item *crc;
   size_t count;
+  uint32_t *d_crc;
+  void *crc_ws;
+  size_t crc_ws_bytes;
 } op_args;
 
 static void run_op(const bench_ctx *c, int op, const op_args *a) {
@@ -81,17 +98,27 @@ static void run_op(const bench_ctx *c, int op, const op_args *a) {
     GPU_TRY(cudaMemsetAsync(a->hist, 0, sizeof(uint64_t) << lct_dtype_symbol_bits(a->dtype), c->stream));
     LCT_TRY(lct_cuda_histogram(a->dtype, a->src, a->n, a->hist, c->stream));
     break;
+  case OP_CRC:
+    LCT_TRY(lct_cuda_crc32c(a->src, a->bytes, a->d_crc, a->crc_ws, a->crc_ws_bytes, c->stream));
+    break;
   case OP_ENCODE_BATCH:
     LCT_TRY(lct_cuda_encode_batch(a->enc, a->count, a->ws, a->ws_bytes, c->stream));
     break;
   case OP_DECODE_BATCH:
     LCT_TRY(lct_cuda_decode_batch(a->dec, a->count, a->ws, a->ws_bytes, c->stream));
     break;
+  case OP_CRC_BATCH:
+    LCT_TRY(lct_cuda_crc32c_batch(a->crc, a->count, a->crc_ws, a->crc_ws_bytes, c->stream));
+    break;
   case OP_ENCODE_EACH:
     for (size_t i = 0; i < a->count; i++) LCT_TRY(lct_cuda_encode_batch(&a->enc[i], 1, a->ws, a->ws_bytes, c->stream));
     break;
   case OP_DECODE_EACH:
     for (size_t i = 0; i < a->count; i++) LCT_TRY(lct_cuda_decode_batch(&a->dec[i], 1, a->ws, a->ws_bytes, c->stream));
+    break;
+  case OP_CRC_EACH:
+    for (size_t i = 0; i < a->count; i++)
+      LCT_TRY(lct_cuda_crc32c_batch(&a->crc[i], 1, a->crc_ws, a->crc_ws_bytes, c->stream));
     break;
   }
 }
@@ -250,6 +277,9 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
   GPU_TRY(cudaMalloc((void **)&a.d_size, 8));
   GPU_TRY(cudaMalloc((void **)&a.d_status, sizeof(int)));
   GPU_TRY(cudaMalloc((void **)&a.hist, sizeof(uint64_t) << 10));
+  GPU_TRY(cudaMalloc((void **)&a.d_crc, sizeof(uint32_t)));
+  a.crc_ws_bytes = lct_cuda_crc32c_workspace_size(a.bytes);
+  GPU_TRY(cudaMalloc(&a.crc_ws, a.crc_ws_bytes ? a.crc_ws_bytes : 1));
   GPU_TRY(cudaMemcpy(src, host, a.bytes, cudaMemcpyHostToDevice));
   a.src = src;
 
@@ -269,7 +299,7 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
   lct_cuda_codebook *dcb;
   LCT_TRY(lct_cuda_codebook_create(&cb, &dcb));
   a.cb = dcb;
-  lct_cuda_encode_item it = {dtype, dcb, src, n, a.blob, a.cap, a.d_size};
+  lct_cuda_encode_item it = {dtype, dcb, src, n, a.blob, a.cap, a.d_size, NULL};
   a.ws_bytes = lct_cuda_encode_workspace_size(&it, 1);
   if (lct_cuda_decode_workspace_size(1) > a.ws_bytes) a.ws_bytes = lct_cuda_decode_workspace_size(1);
   GPU_TRY(cudaMalloc(&a.ws, a.ws_bytes));
@@ -279,6 +309,7 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
   GPU_TRY(cudaMemcpy(&r->blob, a.d_size, 8, cudaMemcpyDeviceToHost));
   a.blob_bytes = r->blob;
   r->dec_ms = time_op(c, OP_DECODE, &a);
+  r->crc_ms = time_op(c, OP_CRC, &a);
 
   /* Correctness of what was timed: status, round trip, and for moderate sizes
    * the blob against the CPU reference. */
@@ -292,6 +323,12 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
     exit(1);
   }
   free(back);
+  uint32_t crc;
+  GPU_TRY(cudaMemcpy(&crc, a.d_crc, sizeof crc, cudaMemcpyDeviceToHost));
+  if (crc != lct_crc32c(0, host, a.bytes)) {
+    fprintf(stderr, "lct-bench gpu: %s %s: GPU CRC-32C differs from lct_crc32c's\n", lct_dtype_name(dtype), data);
+    exit(1);
+  }
   if (a.bytes <= (64u << 20)) {
     uint8_t *gpu = malloc(r->blob), *cpu = malloc(a.cap);
     GPU_TRY(cudaMemcpy(gpu, a.blob, r->blob, cudaMemcpyDeviceToHost));
@@ -308,6 +345,8 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
   if (bound) r->bound = bench_order0_bound(dtype, host, n, NULL, NULL);
 
   lct_cuda_codebook_destroy(dcb);
+  GPU_TRY(cudaFree(a.crc_ws));
+  GPU_TRY(cudaFree(a.d_crc));
   GPU_TRY(cudaFree(a.ws));
   GPU_TRY(cudaFree(a.hist));
   GPU_TRY(cudaFree(a.d_status));
@@ -323,6 +362,7 @@ typedef struct {
   uint64_t total_bytes;
   size_t count;
   double enc_batch_ms, dec_batch_ms, enc_each_ms, dec_each_ms, enc_one_ms, dec_one_ms, copy_ms;
+  double crc_batch_ms, crc_each_ms, crc_one_ms;
   double ratio;
 } batch_result;
 
@@ -366,7 +406,10 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
 
   lct_cuda_encode_item *enc = calloc(b->count, sizeof *enc);
   lct_cuda_decode_item *dec = calloc(b->count, sizeof *dec);
+  lct_cuda_crc_item *crc = calloc(b->count, sizeof *crc);
   lct_cuda_codebook **cbs = calloc(b->count, sizeof *cbs);
+  uint32_t *d_crc;
+  GPU_TRY(cudaMalloc((void **)&d_crc, sizeof(uint32_t) * (b->count + 1)));
   uint64_t at = 0, src_at = 0, blob_at = 0;
   for (size_t i = 0; i < b->count; i++) {
     const uint64_t bytes = elems[i] * 2;
@@ -375,24 +418,32 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
     LCT_TRY(lct_cuda_codebook_create(&cb, &cbs[i]));
     GPU_TRY(cudaMemcpy(src + src_at, host + at, bytes, cudaMemcpyHostToDevice));
     enc[i] = (lct_cuda_encode_item){dtype, cbs[i], src + src_at, elems[i], blobs + blob_at,
-                                    lct_encode_bound(dtype, elems[i]), sizes + i};
+                                    lct_encode_bound(dtype, elems[i]), sizes + i, NULL};
     dec[i] = (lct_cuda_decode_item){dtype, elems[i], blobs + blob_at, 0, dst + src_at, status + i};
+    crc[i] = (lct_cuda_crc_item){src + src_at, bytes, d_crc + i};
     at += bytes;
     src_at += (bytes + 255) & ~(uint64_t)255;
     blob_at += (lct_encode_bound(dtype, elems[i]) + 255) & ~(uint64_t)255;
   }
   size_t ws_bytes = lct_cuda_encode_workspace_size(enc, b->count);
   if (lct_cuda_decode_workspace_size(b->count) > ws_bytes) ws_bytes = lct_cuda_decode_workspace_size(b->count);
-  void *ws;
+  void *ws, *crc_ws;
   GPU_TRY(cudaMalloc(&ws, ws_bytes));
+  size_t crc_ws_bytes = lct_cuda_crc32c_batch_workspace_size(crc, b->count);
+  if (lct_cuda_crc32c_workspace_size(b->total_bytes) > crc_ws_bytes)
+    crc_ws_bytes = lct_cuda_crc32c_workspace_size(b->total_bytes);
+  GPU_TRY(cudaMalloc(&crc_ws, crc_ws_bytes));
 
   op_args a;
   memset(&a, 0, sizeof a);
   a.enc = enc;
   a.dec = dec;
+  a.crc = crc;
   a.count = b->count;
   a.ws = ws;
   a.ws_bytes = ws_bytes;
+  a.crc_ws = crc_ws;
+  a.crc_ws_bytes = crc_ws_bytes;
   b->enc_batch_ms = time_op(c, OP_ENCODE_BATCH, &a);
   uint64_t *h_sizes = malloc(8 * b->count), blob_sum = 0;
   GPU_TRY(cudaMemcpy(h_sizes, sizes, 8 * b->count, cudaMemcpyDeviceToHost));
@@ -404,6 +455,10 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   b->dec_batch_ms = time_op(c, OP_DECODE_BATCH, &a);
   b->enc_each_ms = time_op(c, OP_ENCODE_EACH, &a);
   b->dec_each_ms = time_op(c, OP_DECODE_EACH, &a);
+  b->crc_batch_ms = time_op(c, OP_CRC_BATCH, &a);
+  b->crc_each_ms = time_op(c, OP_CRC_EACH, &a);
+  uint32_t *h_crc = malloc(sizeof(uint32_t) * b->count);
+  GPU_TRY(cudaMemcpy(h_crc, d_crc, sizeof(uint32_t) * b->count, cudaMemcpyDeviceToHost));
   int *h_status = malloc(sizeof(int) * b->count);
   GPU_TRY(cudaMemcpy(h_status, status, sizeof(int) * b->count, cudaMemcpyDeviceToHost));
   at = src_at = 0;
@@ -413,6 +468,10 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
     GPU_TRY(cudaMemcpy(back + at, dst + src_at, bytes, cudaMemcpyDeviceToHost));
     if (h_status[i]) {
       fprintf(stderr, "lct-bench gpu: batch tensor %zu: status %d\n", i, h_status[i]);
+      exit(1);
+    }
+    if (h_crc[i] != lct_crc32c(0, host + at, bytes)) {
+      fprintf(stderr, "lct-bench gpu: batch tensor %zu: CRC-32C differs from lct_crc32c's\n", i);
       exit(1);
     }
     at += bytes;
@@ -443,13 +502,19 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   o.cb = one_cb;
   o.ws = ws;
   o.ws_bytes = ws_bytes;
+  o.d_crc = d_crc + b->count;
+  o.crc_ws = crc_ws;
+  o.crc_ws_bytes = crc_ws_bytes;
   b->copy_ms = time_op(c, OP_COPY, &o);
   b->enc_one_ms = time_op(c, OP_ENCODE, &o);
   GPU_TRY(cudaMemcpy(&o.blob_bytes, o.d_size, 8, cudaMemcpyDeviceToHost));
   b->dec_one_ms = time_op(c, OP_DECODE, &o);
+  b->crc_one_ms = time_op(c, OP_CRC, &o);
 
   lct_cuda_codebook_destroy(one_cb);
   for (size_t i = 0; i < b->count; i++) lct_cuda_codebook_destroy(cbs[i]);
+  GPU_TRY(cudaFree(crc_ws));
+  GPU_TRY(cudaFree(d_crc));
   GPU_TRY(cudaFree(ws));
   GPU_TRY(cudaFree(status));
   GPU_TRY(cudaFree(sizes));
@@ -458,9 +523,11 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   GPU_TRY(cudaFree(dst));
   GPU_TRY(cudaFree(src));
   free(back);
+  free(h_crc);
   free(h_status);
   free(h_sizes);
   free(cbs);
+  free(crc);
   free(dec);
   free(enc);
   free(host);
@@ -471,16 +538,17 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
 static double gbs(uint64_t bytes, double ms) { return ms > 0 ? (double)bytes / (ms * 1e6) : 0; }
 
 static void print_rows(const gpu_row *rows, int n) {
-  printf("%-7s %-5s %9s %7s %9s %9s %6s %9s %6s %8s %8s %6s\n", "dtype", "data", "MiB", "ratio", "copy GB/s",
-         "enc GB/s", "enc%", "dec GB/s", "dec%", "hist ms", "build ms", "of bnd");
+  printf("%-7s %-5s %9s %7s %9s %9s %6s %9s %6s %9s %6s %8s %8s %6s\n", "dtype", "data", "MiB", "ratio", "copy GB/s",
+         "enc GB/s", "enc%", "dec GB/s", "dec%", "crc GB/s", "crc%", "hist ms", "build ms", "of bnd");
   for (int i = 0; i < n; i++) {
     const gpu_row *r = &rows[i];
     char ofb[16] = "-";
     if (r->bound > 0) snprintf(ofb, sizeof ofb, "%.1f%%", 100.0 * ((double)r->raw / (double)r->blob) / r->bound);
-    printf("%-7s %-5s %9.0f %7.4f %9.1f %9.1f %5.0f%% %9.1f %5.0f%% %8.3f %8.3f %6s\n", lct_dtype_name(r->dtype),
-           r->data, (double)r->raw / MIB, (double)r->raw / (double)r->blob, gbs(r->raw, r->copy_ms),
-           gbs(r->raw, r->enc_ms), 100 * r->copy_ms / r->enc_ms, gbs(r->raw, r->dec_ms), 100 * r->copy_ms / r->dec_ms,
-           r->hist_ms, r->build_ms, ofb);
+    printf("%-7s %-5s %9.0f %7.4f %9.1f %9.1f %5.0f%% %9.1f %5.0f%% %9.1f %5.0f%% %8.3f %8.3f %6s\n",
+           lct_dtype_name(r->dtype), r->data, (double)r->raw / MIB, (double)r->raw / (double)r->blob,
+           gbs(r->raw, r->copy_ms), gbs(r->raw, r->enc_ms), 100 * r->copy_ms / r->enc_ms, gbs(r->raw, r->dec_ms),
+           100 * r->copy_ms / r->dec_ms, gbs(r->raw, r->crc_ms), 100 * r->copy_ms / r->crc_ms, r->hist_ms, r->build_ms,
+           ofb);
   }
 }
 
@@ -491,13 +559,15 @@ static void json_rows(FILE *f, const char *key, const gpu_row *rows, int n) {
     fprintf(f,
             "    {\"dtype\": \"%s\", \"data\": \"%s\", \"raw_bytes\": %llu, \"blob_bytes\": %llu, \"ratio\": %.5f, "
             "\"order0_bound\": %.5f, \"memcpy_ms\": %.5f, \"encode_ms\": %.5f, \"decode_ms\": %.5f, "
-            "\"memcpy_gbs\": %.2f, \"encode_gbs\": %.2f, \"decode_gbs\": %.2f, \"encode_of_memcpy\": %.4f, "
-            "\"decode_of_memcpy\": %.4f, \"histogram_ms\": %.5f, \"codebook_build_ms\": %.5f, "
+            "\"crc32c_ms\": %.5f, \"memcpy_gbs\": %.2f, \"encode_gbs\": %.2f, \"decode_gbs\": %.2f, "
+            "\"crc32c_gbs\": %.2f, \"encode_of_memcpy\": %.4f, \"decode_of_memcpy\": %.4f, "
+            "\"crc32c_of_memcpy\": %.4f, \"histogram_ms\": %.5f, \"codebook_build_ms\": %.5f, "
             "\"blob_equals_cpu\": %s}%s\n",
             lct_dtype_name(r->dtype), r->data, (unsigned long long)r->raw, (unsigned long long)r->blob,
-            (double)r->raw / (double)r->blob, r->bound, r->copy_ms, r->enc_ms, r->dec_ms, gbs(r->raw, r->copy_ms),
-            gbs(r->raw, r->enc_ms), gbs(r->raw, r->dec_ms), r->copy_ms / r->enc_ms, r->copy_ms / r->dec_ms,
-            r->hist_ms, r->build_ms, r->verified_cpu ? "true" : "false", i + 1 < n ? "," : "");
+            (double)r->raw / (double)r->blob, r->bound, r->copy_ms, r->enc_ms, r->dec_ms, r->crc_ms,
+            gbs(r->raw, r->copy_ms), gbs(r->raw, r->enc_ms), gbs(r->raw, r->dec_ms), gbs(r->raw, r->crc_ms),
+            r->copy_ms / r->enc_ms, r->copy_ms / r->dec_ms, r->copy_ms / r->crc_ms, r->hist_ms, r->build_ms,
+            r->verified_cpu ? "true" : "false", i + 1 < n ? "," : "");
   }
   fprintf(f, "  ]");
 }
@@ -607,17 +677,19 @@ int bench_gpu(int argc, char **argv) {
     printf("GPU codec: %s, %d SMs, CUDA driver %d.%d, runtime %d.%d; median of %d after 2 warm-ups; data: %s\n",
            prop.name, prop.multiProcessorCount, driver / 1000, driver % 1000 / 10, runtime / 1000,
            runtime % 1000 / 10, c.reps, c.dir);
-    printf("GB/s are raw tensor bytes per second; enc%%/dec%% = same-run device-to-device memcpy time / codec time\n");
+    printf("GB/s are raw tensor bytes per second; enc%%/dec%%/crc%% = same-run device-to-device memcpy time / codec "
+           "time (crc: CRC-32C of the raw bytes)\n");
     print_rows(rows, n_rows);
     printf("\nEach tensor kind alone (64 MiB tiles), against the order-0 bound of the ratio:\n");
     print_rows(kinds, n_kinds);
     if (b.count) {
       printf("\nBatch: %zu bf16 GPT parameter tensors, %.1f MiB, ratio %.4f; memcpy of the same bytes %.3f ms\n",
              b.count, (double)b.total_bytes / MIB, b.ratio, b.copy_ms);
-      printf("  %-28s %10s %10s\n", "", "encode ms", "decode ms");
-      printf("  %-28s %10.3f %10.3f\n", "one batched call", b.enc_batch_ms, b.dec_batch_ms);
-      printf("  %-28s %10.3f %10.3f\n", "one call per tensor", b.enc_each_ms, b.dec_each_ms);
-      printf("  %-28s %10.3f %10.3f\n", "one tensor of the same bytes", b.enc_one_ms, b.dec_one_ms);
+      printf("  %-28s %10s %10s %10s\n", "", "encode ms", "decode ms", "crc ms");
+      printf("  %-28s %10.3f %10.3f %10.3f\n", "one batched call", b.enc_batch_ms, b.dec_batch_ms, b.crc_batch_ms);
+      printf("  %-28s %10.3f %10.3f %10.3f\n", "one call per tensor", b.enc_each_ms, b.dec_each_ms, b.crc_each_ms);
+      printf("  %-28s %10.3f %10.3f %10.3f\n", "one tensor of the same bytes", b.enc_one_ms, b.dec_one_ms,
+             b.crc_one_ms);
     }
   }
   FILE *jf = json ? stdout : bench_open_out(out_path);
@@ -631,9 +703,10 @@ int bench_gpu(int argc, char **argv) {
     fprintf(jf,
             ",\n  \"batch\": {\"tensors\": %zu, \"raw_bytes\": %llu, \"ratio\": %.5f, \"memcpy_ms\": %.5f, "
             "\"encode_batch_ms\": %.5f, \"decode_batch_ms\": %.5f, \"encode_each_ms\": %.5f, \"decode_each_ms\": %.5f, "
-            "\"encode_one_tensor_ms\": %.5f, \"decode_one_tensor_ms\": %.5f}\n}\n",
+            "\"encode_one_tensor_ms\": %.5f, \"decode_one_tensor_ms\": %.5f, \"crc32c_batch_ms\": %.5f, "
+            "\"crc32c_each_ms\": %.5f, \"crc32c_one_tensor_ms\": %.5f}\n}\n",
             b.count, (unsigned long long)b.total_bytes, b.ratio, b.copy_ms, b.enc_batch_ms, b.dec_batch_ms,
-            b.enc_each_ms, b.dec_each_ms, b.enc_one_ms, b.dec_one_ms);
+            b.enc_each_ms, b.dec_each_ms, b.enc_one_ms, b.dec_one_ms, b.crc_batch_ms, b.crc_each_ms, b.crc_one_ms);
     if (jf != stdout) fclose(jf);
   }
   GPU_TRY(cudaEventDestroy(c.e0));

@@ -99,6 +99,29 @@ int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *sh
                    const void *dptr, size_t bytes, lct_tensor_info *info);
 int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info);
 
+/* Many device tensors in few requests: what an optimizer moves every step.
+ * Consecutive items whose buffers lie in one CUDA allocation (a scratch
+ * buffer, say) travel in one request, up to LCT_DEVICE_ITEMS_MAX (1024) items,
+ * which lctd codes in one pass of its GPU codec; such a request's puts are
+ * installed all or none. Synchronization, fallback to the host path (item by
+ * item) and errors are as for lct_put_device and lct_get_device; buffers must
+ * be aligned to their element size. Keys within one call must be distinct.
+ * On failure *failed (if not NULL) is the index of the item at fault (n when
+ * none is) and lct_last_error() says why; the requests before it completed
+ * (their puts are stored), the ones after it were not sent. */
+typedef struct lct_device_tensor {
+  const char *key;
+  int dtype;               /* put: lct_dtype */
+  const uint64_t *shape;   /* put: ndim element counts */
+  int ndim;                /* put */
+  void *dptr;              /* device memory: the source (put) or destination (get) */
+  size_t bytes;            /* put: the tensor's bytes; get: the bytes at dptr */
+  lct_tensor_info *info;   /* NULL, or receives what was stored or read */
+} lct_device_tensor;
+
+int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
+int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
+
 /* LCT_ENOENT if the key does not exist. */
 int lct_delete(lct_client *c, const char *key);
 int lct_stat(lct_client *c, const char *key, lct_tensor_info *info);

@@ -47,6 +47,7 @@ struct lct_client {
   size_t token_len;      /* 0: no auth token */
   uint8_t token[LCT_TOKEN_MAX];
   char err[512];
+  size_t failed_item;    /* a failed _MANY request's item at fault (the server's failed_item); SIZE_MAX: none */
 #ifdef LCT_CLIENT_CUDA
   lct__ipc_export exports[LCT__IPC_EXPORTS];
   int export_next;                        /* slot the next export replaces */
@@ -145,6 +146,7 @@ static int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, siz
     return 0;
   }
   rc = status < 64 ? -(int)status : LCT_EPROTO;
+  c->failed_item = out->hdr->has_failed_item ? out->hdr->failed_item : SIZE_MAX;
   lct__fail(c, rc, "%s", out->hdr->message != NULL ? out->hdr->message : lct_strerror(rc));
   lct__reply_free(out);
   return rc;
@@ -509,11 +511,12 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int
   return 0;
 }
 
-/* Synchronizes dptr's GPU and describes the buffer for lctd: its allocation's
- * IPC handle (exported once per allocation), the offset into it, the GPU's
- * UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be shared
- * by IPC (the host path applies); b->device is set whenever dptr is device memory. */
-static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, lct__devbuf *b) {
+/* Synchronizes dptr's GPU (with sync) and describes the buffer for lctd: its
+ * allocation's IPC handle (exported once per allocation), the offset into it,
+ * the GPU's UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be
+ * shared by IPC (the host path applies); b->device is set whenever dptr is
+ * device memory. */
+static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, int sync, lct__devbuf *b) {
   CUdeviceptr start = 0;
   unsigned long long id = 0;
   int rc = lct__device_locate(c, dptr, bytes, &b->device, &start, &id);
@@ -523,7 +526,7 @@ static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, l
   cudaError_t e = cudaGetDevice(&prev);
   if (e != cudaSuccess || (e = cudaSetDevice(b->device)) != cudaSuccess)
     return lct__cuda_fail(c, e, "selecting the buffer's device");
-  if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+  if (sync && (e = cudaDeviceSynchronize()) != cudaSuccess) {
     rc = lct__cuda_fail(c, e, "synchronizing the buffer's device");
     cudaSetDevice(prev); /* best effort: the synchronization's error is the one to report */
     return rc;
@@ -608,7 +611,7 @@ int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *sh
   if (dptr == NULL)
     return lct__fail(c, LCT_EINVAL, "no data");
   lct__devbuf b;
-  if ((rc = lct__device_describe(c, dptr, bytes, &b)) == 0) {
+  if ((rc = lct__device_describe(c, dptr, bytes, 1, &b)) == 0) {
     rq.op = LCTPB__OP__OP_PUT_DEVICE;
     rq.meta = &m;
     rq.device = &b.msg;
@@ -646,7 +649,7 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
   if (dptr == NULL)
     return lct__fail(c, LCT_EINVAL, "no buffer");
   lct__devbuf b;
-  if ((rc = lct__device_describe(c, dptr, cap, &b)) == 0) {
+  if ((rc = lct__device_describe(c, dptr, cap, 1, &b)) == 0) {
     rq.op = LCTPB__OP__OP_GET_DEVICE;
     rq.device = &b.msg;
     lct__reply r;
@@ -685,6 +688,199 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
   return rc;
 #else
   (void)key, (void)dptr, (void)cap, (void)info;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
+#endif
+}
+
+/* ---- many device buffers ------------------------------------------------- */
+
+#ifdef LCT_CLIENT_CUDA
+/* Header bytes kept for one request's items: well under LCT_WIRE_HEADER_MAX. */
+#define LCT__MANY_HEADER_BUDGET (LCT_WIRE_HEADER_MAX / 2)
+
+/* Items [from, to) of t that one request carries: they lie in the allocation
+ * of t[from] (consecutive items in one allocation travel together), at most
+ * LCT_DEVICE_ITEMS_MAX of them and within the header budget. */
+static int lct__many_group(lct_client *c, const lct_device_tensor *t, size_t from, size_t n, size_t *to,
+                           int *device) {
+  CUdeviceptr start, s;
+  unsigned long long id, other;
+  int rc = lct__device_locate(c, t[from].dptr, t[from].bytes, device, &start, &id);
+  if (rc != 0)
+    return rc;
+  size_t header = 0, i = from;
+  for (; i < n && i - from < LCT_DEVICE_ITEMS_MAX; i++) {
+    int dev;
+    header += strlen(t[i].key) + 64 + 10 * (size_t)(t[i].ndim > 0 ? t[i].ndim : 0);
+    if (header > LCT__MANY_HEADER_BUDGET)
+      break;
+    if (i > from && (lct__device_locate(c, t[i].dptr, t[i].bytes, &dev, &s, &other) != 0 || other != id))
+      break; /* another allocation (or an error, reported by the group it starts) */
+  }
+  *to = i;
+  return 0;
+}
+
+/* Copies a device tensor through host memory: the host path of one item. */
+static int lct__many_host(lct_client *c, int put, int device, const lct_device_tensor *t) {
+  if (put && t->bytes == 0)
+    return lct_put(c, t->key, t->dtype, t->shape, t->ndim, NULL, 0, t->info);
+  void *host = NULL;
+  lct_tensor_info got;
+  int rc;
+  if (put) {
+    if ((host = malloc(t->bytes)) == NULL)
+      return lct__fail(c, LCT_ENOMEM, "cannot allocate %zu bytes for the host path", t->bytes);
+    if ((rc = lct__device_copy(c, device, host, t->dptr, t->bytes)) == 0)
+      rc = lct_put(c, t->key, t->dtype, t->shape, t->ndim, host, t->bytes, t->info);
+    free(host);
+    return rc;
+  }
+  if ((rc = lct_get_alloc(c, t->key, &host, &got)) != 0)
+    return rc;
+  if (t->info != NULL)
+    *t->info = got;
+  if (got.raw_bytes > t->bytes)
+    rc = lct__fail(c, LCT_EBUFSIZE, "tensor is %llu bytes; buffer holds %zu", (unsigned long long)got.raw_bytes,
+                   t->bytes);
+  else if (got.raw_bytes > 0)
+    rc = lct__device_copy(c, device, t->dptr, host, (size_t)got.raw_bytes);
+  free(host);
+  return rc;
+}
+
+/* One PUT_DEVICE_MANY or GET_DEVICE_MANY for items [from, to) of one
+ * allocation; *failed_item receives the server's index of the item at fault. */
+static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t to,
+                          size_t *failed_item) {
+  size_t k = to - from;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (size_t i = from; i < to; i++) {
+    uintptr_t p = (uintptr_t)t[i].dptr;
+    lo = p < lo ? p : lo;
+    hi = p + t[i].bytes > hi ? p + t[i].bytes : hi;
+  }
+  lct__devbuf b;
+  int rc = lct__device_describe(c, (const void *)lo, hi - lo, 0, &b);
+  if (rc != 0)
+    return rc;
+  Lctpb__DeviceItem *items = calloc(k, sizeof *items);
+  Lctpb__DeviceItem **ptrs = calloc(k, sizeof *ptrs);
+  Lctpb__TensorMeta *metas = put ? calloc(k, sizeof *metas) : NULL;
+  if (items == NULL || ptrs == NULL || (put && metas == NULL)) {
+    free(items), free(ptrs), free(metas);
+    return lct__fail(c, LCT_ENOMEM, "out of memory for %zu items", k);
+  }
+  for (size_t j = 0; j < k && rc == 0; j++) {
+    const lct_device_tensor *x = &t[from + j];
+    Lctpb__DeviceItem *it = &items[j];
+    lctpb__device_item__init(it);
+    it->key.data = (uint8_t *)x->key;
+    it->key.len = strlen(x->key);
+    it->offset = (uint64_t)((uintptr_t)x->dptr - lo);
+    it->size = x->bytes;
+    if (put) {
+      rc = lct__put_meta(c, x->dtype, x->shape, x->ndim, x->bytes, &metas[j]);
+      it->meta = &metas[j];
+    }
+    ptrs[j] = it;
+    if (rc != 0)
+      *failed_item = j;
+  }
+  lct__reply r;
+  if (rc == 0) {
+    Lctpb__Request rq = LCTPB__REQUEST__INIT;
+    rq.op = put ? LCTPB__OP__OP_PUT_DEVICE_MANY : LCTPB__OP__OP_GET_DEVICE_MANY;
+    rq.device = &b.msg;
+    rq.n_items = k;
+    rq.items = ptrs;
+    rc = lct__call(c, &rq, NULL, 0, &r);
+    if (rc != 0) {
+      *failed_item = c->failed_item < k ? c->failed_item : k;
+    } else if (r.hdr->n_metas != k) {
+      rc = lct__fail(c, LCT_EPROTO, "%zu metas in the reply to %zu items", r.hdr->n_metas, k);
+      lct__reply_free(&r);
+    } else {
+      for (size_t j = 0; j < k; j++)
+        if (t[from + j].info != NULL)
+          lct__info_of(r.hdr->metas[j], t[from + j].info);
+      lct__reply_free(&r);
+    }
+  }
+  free(items), free(ptrs), free(metas);
+  return rc;
+}
+
+static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, size_t *failed) {
+  size_t at = n;
+  int rc = 0, synced = -1;
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (t[i].key == NULL || lct_wire_key_check((const uint8_t *)t[i].key, strlen(t[i].key)) != 0) {
+      at = i;
+      rc = lct__fail(c, LCT_ENAMETOOLONG, "item %zu: key must be 1..%d bytes", i, (int)LCT_KEY_MAX);
+    } else if (t[i].dptr == NULL && t[i].bytes > 0) {
+      at = i;
+      rc = lct__fail(c, LCT_EINVAL, "item %zu: no buffer", i);
+    }
+  for (size_t from = 0, to; from < n && rc == 0; from = to) {
+    int device;
+    to = from + 1;
+    if (t[from].bytes == 0) {
+      rc = lct__many_host(c, put, -1, &t[from]); /* nothing to map */
+    } else if ((rc = lct__many_group(c, t, from, n, &to, &device)) == 0) {
+      if (device != synced) { /* as lct_put_device: work queued on the buffers' GPU completes first */
+        int prev;
+        cudaError_t e = cudaGetDevice(&prev);
+        if (e == cudaSuccess && (e = cudaSetDevice(device)) == cudaSuccess) {
+          e = cudaDeviceSynchronize();
+          cudaError_t restore = cudaSetDevice(prev);
+          e = e != cudaSuccess ? e : restore;
+        }
+        if (e != cudaSuccess) {
+          at = from;
+          rc = lct__cuda_fail(c, e, "synchronizing the buffers' device");
+          break;
+        }
+        synced = device;
+      }
+      size_t item = to - from;
+      rc = lct__many_call(c, put, t, from, to, &item);
+      if (lct__fallback(rc)) { /* the host path, item by item */
+        rc = 0;
+        for (size_t i = from; i < to && rc == 0; i++)
+          if ((rc = lct__many_host(c, put, device, &t[i])) != 0)
+            item = i - from;
+      }
+      if (rc != 0)
+        at = from + item;
+    }
+    if (rc != 0 && at == n)
+      at = from;
+  }
+  if (failed != NULL)
+    *failed = rc == 0 ? n : at;
+  return rc;
+}
+#endif
+
+int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
+#ifdef LCT_CLIENT_CUDA
+  return lct__many(c, 1, t, n, failed);
+#else
+  (void)t, (void)n;
+  if (failed != NULL)
+    *failed = 0;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_put)");
+#endif
+}
+
+int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
+#ifdef LCT_CLIENT_CUDA
+  return lct__many(c, 0, t, n, failed);
+#else
+  (void)t, (void)n;
+  if (failed != NULL)
+    *failed = 0;
   return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
 #endif
 }

@@ -75,6 +75,9 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
     rc = LCT_EPROTO;
   else if (rq->meta != NULL)
     rc = lct__meta_check(rq->meta);
+  for (size_t i = 0; i < rq->n_items && rc == 0; i++)
+    if ((rc = lct_wire_key_check(rq->items[i]->key.data, rq->items[i]->key.len)) == 0 && rq->items[i]->meta != NULL)
+      rc = lct__meta_check(rq->items[i]->meta);
   if (rc != 0) {
     lctpb__request__free_unpacked(rq, NULL);
     return rc;
@@ -87,7 +90,10 @@ int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out) {
   Lctpb__Reply *rp = lctpb__reply__unpack(NULL, frame->header_len, frame->header);
   if (rp == NULL)
     return LCT_EPROTO;
-  if (rp->payload_bytes != frame->payload_len || (rp->meta != NULL && lct__meta_check(rp->meta))) {
+  int bad = rp->payload_bytes != frame->payload_len || (rp->meta != NULL && lct__meta_check(rp->meta));
+  for (size_t i = 0; i < rp->n_metas && !bad; i++)
+    bad = lct__meta_check(rp->metas[i]) != 0;
+  if (bad) {
     lctpb__reply__free_unpacked(rp, NULL);
     return LCT_EPROTO;
   }

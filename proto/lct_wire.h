@@ -18,6 +18,7 @@ extern "C" {
 #define LCT_MAX_DIMS 8                /* most dimensions of a shape */
 #define LCT_LIST_MAX 512              /* most entries in one LIST reply */
 #define LCT_TOKEN_MAX 4096            /* longest auth token */
+#define LCT_DEVICE_ITEMS_MAX 1024     /* most tensors in one PUT_DEVICE_MANY or GET_DEVICE_MANY */
 #define LCT_FRAME_DEFAULT (16u << 20) /* default payload bytes per frame */
 #define LCT_FRAME_MIN (64u << 10)     /* smallest frame size either side accepts */
 #define LCT_FRAME_MAX (1u << 30)      /* largest: frame + header + prefix stays below INT_MAX */

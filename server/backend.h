@@ -8,6 +8,24 @@
 #include "lct_codec.h"
 #include "lct_error.h"
 
+/* One segment of a device batch (PUT_DEVICE_MANY, GET_DEVICE_MANY). */
+typedef struct lct__batch_seg {
+  int dtype;
+  uint64_t n;                 /* elements */
+  const lct_codebook *cb;     /* encode: NULL for the raw dtype */
+  uint64_t codebook_id;       /* encode: cb's lct__entry.codebook_id, the device codebook cache's key */
+  int want_crc;               /* encode: compute crc */
+  const uint8_t *src;         /* encode: the raw bytes; decode: the blob */
+  size_t src_bytes;           /* decode: blob bytes */
+  uint8_t *dst;               /* encode: blob memory; decode: where the raw bytes go */
+  size_t cap;                 /* encode: bytes at dst, at least lct_encode_bound */
+  /* results */
+  int rc;
+  uint64_t blob_bytes;        /* encode */
+  uint64_t code_bits;         /* encode: as lct_encode_stats.code_bits */
+  uint32_t crc;               /* encode with want_crc: CRC-32C of the raw bytes */
+} lct__batch_seg;
+
 /* A backend owns blob memory (host memory for cpu, a device region reserved
  * once at start for cuda) and runs the codec between caller host buffers and
  * that memory. alloc/shrink/release run on the loop thread only; encode and
@@ -25,9 +43,8 @@ typedef struct lct__backend_ops {
   /* Encodes n elements from host memory src into blob memory dst (cap bytes,
    * at least lct_encode_bound). cb is NULL for the raw dtype. Fills
    * stats->blob_bytes and stats->code_bits, what drift detection compares
-   * with the codebook's expected_bits_per_elem (cpu: the bits of the code
-   * sections written, chunks stored raw counting none; cuda: the bits the
-   * codebook spends on every element, from a device histogram). */
+   * with the codebook's expected_bits_per_elem (the GPU encoder counts them
+   * as lct_encode does; escapes are left 0). */
   int (*encode)(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
                 void *dst, size_t cap, lct_encode_stats *stats);
   /* Decodes a blob of len bytes in blob memory, expected to hold n elements
@@ -57,6 +74,12 @@ typedef struct lct__backend_ops {
   int (*scan_device)(void *ctx, int dtype, const void *src, uint64_t n, uint32_t *crc, uint64_t *hist);
   /* As decode, into device memory dst of this backend's GPU (any alignment). */
   int (*decode_device)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
+  /* Many segments in one pass of the GPU codec (a few launches and one wait
+   * per group, whatever their number); device memory aligned to the element
+   * size. Worker thread; returns an argument or CUDA error, per-segment
+   * failures in their rc. */
+  int (*encode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
+  int (*decode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
 } lct__backend_ops;
 
 typedef struct lct__backend {

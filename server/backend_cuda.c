@@ -14,7 +14,12 @@
 #define LCT__CUDA_ALIGN 256 /* blob offsets: the GPU codec needs 8, 256 keeps them cache-line clean */
 #define LCT__CUDA_SYMS (LCT_MAX_SYMS - 1) /* histogram counters: 2^s for the widest dtype */
 #define LCT__CUDA_CRC_WORD (2 + LCT__CUDA_SYMS) /* pinned word receiving a CRC-32C */
+#define LCT__CUDA_BITS_WORD (LCT__CUDA_CRC_WORD + 1) /* pinned word receiving code bits */
 #define LCT__IPC_CACHE 64 /* client allocations kept mapped; the least recently used idle one is closed */
+#define LCT__BATCH_GROUP 1024 /* segments of a device batch per launch group (one wait each) */
+#define LCT__BATCH_CODEBOOKS 2048 /* device codebooks kept for batches, direct-mapped by codebook id */
+#define LCT__BATCH_ENCODE_WORK (8u << 20) /* encode workspace of a group: a few bytes per chunk */
+#define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
 
 /* What one threadpool worker uses, created at open so that nothing on the
  * request path allocates: a stream, device memory for one segment's raw
@@ -31,6 +36,26 @@ typedef struct lct__cuda_worker {
   lct_cuda_codebook *dcb; /* device copy of the codebook last used, and its source */
   lct_codebook hcb;
 } lct__cuda_worker;
+
+/* What device batches (PUT_DEVICE_MANY, GET_DEVICE_MANY) use: one at a time,
+ * since each fills the GPU. Codebooks stay on the device between batches,
+ * keyed by codebook id, so that a training step's puts upload none. */
+typedef struct lct__cuda_batch {
+  pthread_mutex_t lock;
+  cudaStream_t stream;
+  void *work;        /* device: encode or decode workspace of a group */
+  size_t work_bytes;
+  void *crc_work;    /* device */
+  size_t crc_work_bytes;
+  uint64_t *pinned;  /* pinned host, per group slot: blob bytes, code bits, CRC, decode status */
+  lct_cuda_codebook *dcb[LCT__BATCH_CODEBOOKS];
+  uint64_t dcb_id[LCT__BATCH_CODEBOOKS];    /* the codebook id each holds; 0: none yet */
+  uint64_t dcb_group[LCT__BATCH_CODEBOOKS]; /* the last group that used each */
+  uint64_t groups;
+  lct_cuda_encode_item enc[LCT__BATCH_GROUP];
+  lct_cuda_decode_item dec[LCT__BATCH_GROUP];
+  lct_cuda_crc_item crc[LCT__BATCH_GROUP];
+} lct__cuda_batch;
 
 /* A free range of the region, in a list sorted by offset. */
 typedef struct lct__cuda_free {
@@ -60,6 +85,7 @@ typedef struct lct__cuda {
   uint64_t capacity;
   uint64_t segment_max;
   lct__cuda_free *free_list;
+  lct__cuda_batch *batch;
   int n_workers;
   atomic_int next_worker;
   lct__cuda_worker workers[];
@@ -184,45 +210,23 @@ static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
 static int lct__cuda_encode_raw(lct__cuda_worker *w, int dtype, const lct_codebook *cb, const void *raw,
                                 uint64_t n, void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc) {
   size_t bytes = n * lct_dtype_size(dtype);
-  unsigned s = lct_dtype_symbol_bits(dtype);
   int rc;
   if (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0)
     return rc;
   if (crc != NULL && (rc = lct_cuda_crc32c(raw, bytes, (uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD], w->crc_work,
                                            w->crc_work_bytes, w->stream)) != 0)
     return rc;
-  if (cb != NULL && n > 0) {
-    /* The exact code bits, for drift detection: a device histogram of the
-     * symbols, weighed by the codebook's lengths (ESC plus s bits when absent). */
-    LCT__CUDA_TRY(cudaMemsetAsync(w->hist, 0, ((size_t)1 << s) * sizeof(uint64_t), w->stream));
-    if ((rc = lct_cuda_histogram(dtype, raw, n, w->hist, w->stream)) != 0)
-      return rc;
-    LCT__CUDA_TRY(cudaMemcpyAsync(w->pinned + 2, w->hist, ((size_t)1 << s) * sizeof(uint64_t),
-                                  cudaMemcpyDeviceToHost, w->stream));
-  }
-  rc = lct_cuda_encode(dtype, cb != NULL ? w->dcb : NULL, raw, n, dst, cap, &w->pinned[0], w->work,
-                       w->work_bytes, w->stream);
-  if (rc != 0)
+  w->pinned[LCT__CUDA_BITS_WORD] = 0;
+  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, raw, n, dst, cap, &w->pinned[0],
+                               &w->pinned[LCT__CUDA_BITS_WORD]};
+  if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
   memset(stats, 0, sizeof *stats);
   stats->blob_bytes = w->pinned[0];
+  stats->code_bits = w->pinned[LCT__CUDA_BITS_WORD];
   if (crc != NULL)
     *crc = *(const uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD];
-  if (cb != NULL && n > 0) {
-    unsigned esc = cb->len[cb->n_syms - 1];
-    for (size_t sym = 0; sym < ((size_t)1 << s); sym++) {
-      uint64_t c = w->pinned[2 + sym];
-      if (c == 0)
-        continue;
-      if (cb->len[sym] != 0) {
-        stats->code_bits += c * cb->len[sym];
-      } else {
-        stats->code_bits += c * (esc + s);
-        stats->escapes += c;
-      }
-    }
-  }
   return stats->blob_bytes <= cap ? 0 : LCT_ECUDA;
 }
 
@@ -287,8 +291,8 @@ static int lct__cuda_scan_device(void *ctx, int dtype, const void *src, uint64_t
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
   if (crc != NULL)
     *crc = *(const uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD];
-  if (hist != NULL)
-    memcpy(hist, w->pinned + 2, hist_bytes);
+  for (size_t i = 0; hist != NULL && i < hist_bytes / sizeof *hist; i++)
+    hist[i] += w->pinned[2 + i];
   return 0;
 }
 
@@ -322,6 +326,152 @@ static int lct__cuda_decode_device(void *ctx, int dtype, uint64_t n, const void 
     LCT__CUDA_TRY(cudaMemcpyAsync(dst, w->raw, n * esize, cudaMemcpyDeviceToDevice, w->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
   return *status;
+}
+
+/* ---- device batches ------------------------------------------------------------ */
+
+/* The device codebook of seg for the current group: its cache slot, uploaded
+ * on a miss. NULL when the slot already holds another codebook this group
+ * uses (the group must end before seg). */
+static int lct__batch_codebook(lct__cuda_batch *b, const lct__batch_seg *seg, lct_cuda_codebook **out) {
+  size_t slot = (size_t)(seg->codebook_id % LCT__BATCH_CODEBOOKS);
+  *out = NULL;
+  if (b->dcb_id[slot] == seg->codebook_id && b->dcb[slot] != NULL) {
+    b->dcb_group[slot] = b->groups;
+    *out = b->dcb[slot];
+    return 0;
+  }
+  if (b->dcb_group[slot] == b->groups && b->dcb[slot] != NULL)
+    return 0; /* taken in this group */
+  int rc = b->dcb[slot] == NULL ? lct_cuda_codebook_create(seg->cb, &b->dcb[slot])
+                                : lct_cuda_codebook_set(b->dcb[slot], seg->cb, b->stream);
+  b->dcb_id[slot] = rc == 0 ? seg->codebook_id : 0;
+  if (rc != 0)
+    return rc;
+  b->dcb_group[slot] = b->groups;
+  *out = b->dcb[slot];
+  return 0;
+}
+
+/* Encodes segs[0..k) (k <= LCT__BATCH_GROUP), a group whose codebooks are in
+ * place, and waits; fills their results. */
+static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
+  size_t n_crc = 0;
+  uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
+  uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
+  for (size_t i = 0; i < k; i++) {
+    bits[i] = 0;
+    b->enc[i].blob_bytes = &blob[i];
+    b->enc[i].code_bits = &bits[i];
+    if (segs[i].want_crc)
+      b->crc[n_crc++] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
+  }
+  if (lct_cuda_crc32c_batch_workspace_size(b->crc, n_crc) > b->crc_work_bytes ||
+      lct_cuda_encode_workspace_size(b->enc, k) > b->work_bytes)
+    return LCT_EBUFSIZE; /* the caller splits the group */
+  int rc;
+  if (n_crc > 0 &&
+      (rc = lct_cuda_crc32c_batch(b->crc, n_crc, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
+    return rc;
+  if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
+    return rc;
+  LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
+  for (size_t i = 0; i < k; i++) {
+    segs[i].blob_bytes = blob[i];
+    segs[i].code_bits = bits[i];
+    segs[i].crc = segs[i].want_crc ? crc[i] : 0;
+    segs[i].rc = blob[i] <= segs[i].cap ? 0 : LCT_ECUDA;
+  }
+  return 0;
+}
+
+static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  lct__cuda *g = ctx;
+  lct__cuda_batch *b = g->batch;
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  pthread_mutex_lock(&b->lock);
+  int rc = 0;
+  for (size_t done = 0; done < n && rc == 0;) {
+    b->groups++;
+    size_t k = 0;
+    while (done + k < n && k < LCT__BATCH_GROUP) {
+      const lct__batch_seg *sg = &segs[done + k];
+      lct_cuda_codebook *dcb = NULL;
+      if (sg->cb != NULL) {
+        if ((rc = lct__batch_codebook(b, sg, &dcb)) != 0)
+          break;
+        if (dcb == NULL)
+          break; /* its cache slot serves an earlier segment of this group */
+      }
+      b->enc[k] = (lct_cuda_encode_item){sg->dtype, dcb, sg->src, sg->n, sg->dst, sg->cap, NULL, NULL};
+      k++;
+    }
+    if (rc != 0)
+      break;
+    while ((rc = lct__batch_encode_group(b, segs + done, k)) == LCT_EBUFSIZE && k > 1)
+      k /= 2; /* more chunks than the workspace holds: a smaller group */
+    done += k;
+  }
+  pthread_mutex_unlock(&b->lock);
+  return rc;
+}
+
+static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  lct__cuda *g = ctx;
+  lct__cuda_batch *b = g->batch;
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  pthread_mutex_lock(&b->lock);
+  int rc = 0;
+  int *status = (int *)b->pinned;
+  for (size_t done = 0; done < n && rc == 0;) {
+    size_t k = n - done < LCT__BATCH_GROUP ? n - done : LCT__BATCH_GROUP;
+    for (size_t i = 0; i < k; i++) {
+      const lct__batch_seg *sg = &segs[done + i];
+      b->dec[i] = (lct_cuda_decode_item){sg->dtype, sg->n, sg->src, sg->src_bytes, sg->dst, &status[i]};
+    }
+    if ((rc = lct_cuda_decode_batch(b->dec, k, b->work, b->work_bytes, b->stream)) != 0)
+      break;
+    cudaError_t e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) {
+      rc = lct__cuda_fail(e, "cudaStreamSynchronize(batch decode)");
+      break;
+    }
+    for (size_t i = 0; i < k; i++)
+      segs[done + i].rc = status[i];
+    done += k;
+  }
+  pthread_mutex_unlock(&b->lock);
+  return rc;
+}
+
+static void lct__batch_close(lct__cuda_batch *b) {
+  if (b == NULL)
+    return;
+  for (int i = 0; i < LCT__BATCH_CODEBOOKS; i++)
+    lct_cuda_codebook_destroy(b->dcb[i]);
+  cudaFree(b->work);
+  cudaFree(b->crc_work);
+  cudaFreeHost(b->pinned);
+  if (b->stream != NULL)
+    cudaStreamDestroy(b->stream);
+  pthread_mutex_destroy(&b->lock);
+  free(b);
+}
+
+static int lct__batch_open(lct__cuda_batch **out) {
+  lct__cuda_batch *b = calloc(1, sizeof *b);
+  if (b == NULL)
+    return LCT_ENOMEM;
+  pthread_mutex_init(&b->lock, NULL);
+  *out = b;
+  size_t dec = lct_cuda_decode_workspace_size(LCT__BATCH_GROUP);
+  b->work_bytes = dec > LCT__BATCH_ENCODE_WORK ? dec : LCT__BATCH_ENCODE_WORK;
+  b->crc_work_bytes = LCT__BATCH_CRC_WORK;
+  LCT__CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+  LCT__CUDA_TRY(cudaMalloc(&b->work, b->work_bytes));
+  LCT__CUDA_TRY(cudaMalloc(&b->crc_work, b->crc_work_bytes));
+  LCT__CUDA_TRY(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
+  return 0;
 }
 
 /* ---- client buffers by CUDA IPC (loop thread) ------------------------------- */
@@ -411,6 +561,7 @@ static void lct__cuda_destroy(void *ctx) {
     if (w->stream != NULL)
       cudaStreamDestroy(w->stream);
   }
+  lct__batch_close(g->batch);
   cudaFree(g->base);
   for (lct__cuda_free *f = g->free_list, *next; f != NULL; f = next) {
     next = f->next;
@@ -437,13 +588,13 @@ static const lct__backend_ops lct__cuda_ops = {
     "cuda", lct__cuda_alloc, lct__cuda_shrink, lct__cuda_release,
     lct__cuda_encode, lct__cuda_decode, lct__cuda_destroy, lct__cuda_read, lct__cuda_write,
     lct__cuda_ipc_map, lct__cuda_ipc_unmap, lct__cuda_encode_device, lct__cuda_scan_device,
-    lct__cuda_decode_device,
+    lct__cuda_decode_device, lct__cuda_encode_batch, lct__cuda_decode_batch,
 };
 
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   /* The workspace serves both directions: the larger of an encode of the
    * most chunks a segment can hold (1-byte elements) and a decode of one blob. */
-  lct_cuda_encode_item item = {LCT_DTYPE_F8E4M3, NULL, NULL, segment_max, NULL, 0, NULL};
+  lct_cuda_encode_item item = {LCT_DTYPE_F8E4M3, NULL, NULL, segment_max, NULL, 0, NULL, NULL};
   size_t enc = lct_cuda_encode_workspace_size(&item, 1), dec = lct_cuda_decode_workspace_size(1);
   w->work_bytes = enc > dec ? enc : dec;
   LCT__CUDA_TRY(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
@@ -452,7 +603,7 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   LCT__CUDA_TRY(cudaMalloc((void **)&w->hist, LCT__CUDA_SYMS * sizeof(uint64_t)));
   w->crc_work_bytes = lct_cuda_crc32c_workspace_size(segment_max);
   LCT__CUDA_TRY(cudaMalloc(&w->crc_work, w->crc_work_bytes ? w->crc_work_bytes : 1));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, (LCT__CUDA_CRC_WORD + 1) * sizeof(uint64_t)));
+  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, (LCT__CUDA_BITS_WORD + 1) * sizeof(uint64_t)));
   /* The device codebook is allocated here, once; requests only rewrite it. A
    * placeholder fills it until the first encode (hcb's raw dtype never matches). */
   uint64_t none[LCT_MAX_SYMS] = {0};
@@ -487,6 +638,8 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
   }
   for (int i = 0; i < threads && rc == 0; i++)
     rc = lct__cuda_worker_open(&g->workers[i], segment_max);
+  if (rc == 0)
+    rc = lct__batch_open(&g->batch);
   size_t free_b = 0, total_b = 0;
   if (rc == 0 && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
     rc = LCT_ECUDA;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "device_batch.h"
 #include "lct_error.h"
 #include "lct_wire.h"
 #include "log.h"
@@ -36,6 +37,8 @@ typedef struct lct__request {
   lct__pending *pending; /* PUT_COMMIT: the staged put being encoded */
   void *reply_msg;      /* GET: the reply being filled by decode workers */
   const uint8_t *ipc_base; /* PUT_DEVICE, GET_DEVICE: the client allocation mapped, unmapped with the request */
+  lct__batch_item *batch; /* PUT_DEVICE_MANY, GET_DEVICE_MANY: hdr->n_items items */
+  size_t n_batch;
   size_t reply_len;
   uint64_t received;    /* uv_hrtime at receipt */
 } lct__request;
@@ -52,6 +55,11 @@ static void lct__request_free(lct__request *rq) {
     nn_freemsg(rq->reply_msg);
   if (rq->pending != NULL)
     lct__staging_release(rq->srv->staging, rq->pending);
+  if (rq->batch != NULL && rq->op == LCTPB__OP__OP_GET_DEVICE_MANY)
+    for (size_t i = 0; i < rq->n_batch; i++)
+      if (rq->batch[i].entry != NULL)
+        lct__entry_unref(rq->batch[i].entry);
+  free(rq->batch);
   if (rq->ipc_base != NULL) {
     const lct__backend *be = lct__pool_backend(rq->srv->pool);
     be->ops->ipc_unmap(be->ctx, rq->ipc_base);
@@ -106,15 +114,15 @@ static void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, 
   lct__reply_send(rq, 0, msg, len);
 }
 
-static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
+/* An error reply; item >= 0 names the item of a _MANY request at fault. */
+static void lct__reply_verror(lct__request *rq, int err, long item, const char *fmt, va_list ap) {
   char text[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.status = (uint32_t)-err;
   rp.message = text;
+  rp.has_failed_item = item >= 0;
+  rp.failed_item = item >= 0 ? (uint32_t)item : 0;
   void *msg;
   size_t len;
   uint8_t *dst;
@@ -127,6 +135,36 @@ static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
   }
   lct__log_debug("op %u: %s: %s", rq->op, lct_err_name(err), text);
   lct__reply_send(rq, rp.status, msg, len);
+}
+
+static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lct__reply_verror(rq, err, -1, fmt, ap);
+  va_end(ap);
+}
+
+static void lct__reply_error_at(lct__request *rq, int err, long item, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void lct__reply_error_at(lct__request *rq, int err, long item, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lct__reply_verror(rq, err, item, fmt, ap);
+  va_end(ap);
+}
+
+static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The error of an item of a _MANY request: failed_item, and a message that
+ * starts with its index. */
+static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...) {
+  char text[480];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  lct__reply_error_at(rq, err, (long)item, "item %zu: %s", item, text);
 }
 
 static void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m) {
@@ -542,6 +580,219 @@ static void lct__op_get_device(lct__request *rq) {
     lct__reply_error(rq, rc, "cannot start the decode");
 }
 
+/* ---- many tensors in one device buffer (PUT_DEVICE_MANY, GET_DEVICE_MANY) -- */
+
+static uint64_t lct__key_hash(const uint8_t *k, size_t len) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ k[i]) * 1099511628211ull;
+  return h;
+}
+
+typedef struct lct__keyref {
+  uint64_t hash;
+  size_t index;
+} lct__keyref;
+
+static int lct__keyref_cmp(const void *a, const void *b) {
+  const lct__keyref *x = a, *y = b;
+  return x->hash < y->hash ? -1 : x->hash > y->hash ? 1 : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Whether the items' keys are distinct; if not, *dup is an item whose key an
+ * earlier one has. Sorting hashes keeps a request of 1024 keys cheap. */
+static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t *dup) {
+  lct__keyref *refs = malloc(n * sizeof *refs);
+  if (refs == NULL)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    refs[i] = (lct__keyref){lct__key_hash(items[i]->key.data, items[i]->key.len), i};
+  qsort(refs, n, sizeof *refs, lct__keyref_cmp);
+  int ok = 1;
+  for (size_t i = 1; i < n && ok; i++) {
+    for (size_t j = i; j-- > 0 && refs[j].hash == refs[i].hash;) {
+      const ProtobufCBinaryData *a = &items[refs[j].index]->key, *b = &items[refs[i].index]->key;
+      if (a->len == b->len && memcmp(a->data, b->data, a->len) == 0) {
+        *dup = refs[i].index;
+        ok = 0;
+        break;
+      }
+    }
+  }
+  free(refs);
+  return ok;
+}
+
+/* The checks common to both _MANY ops: no payload, 1..LCT_DEVICE_ITEMS_MAX
+ * items with distinct keys, each inside the device buffer and aligned for
+ * its element size (esize[i], from the declaration or the stored entry).
+ * Allocates rq->batch. Replies itself and returns 0 on failure. */
+static int lct__batch_or_reply(lct__request *rq) {
+  const Lctpb__Request *h = rq->hdr;
+  if (rq->frame.payload_len != 0) {
+    lct__reply_error(rq, LCT_EINVAL, "a device request carries no payload");
+    return 0;
+  }
+  if (h->device == NULL) {
+    lct__reply_error(rq, LCT_EINVAL, "this operation needs a device buffer");
+    return 0;
+  }
+  if (h->n_items == 0 || h->n_items > LCT_DEVICE_ITEMS_MAX) {
+    lct__reply_error(rq, h->n_items ? LCT_E2BIG : LCT_EINVAL, "%zu items; a request takes 1 to %d", h->n_items,
+                     LCT_DEVICE_ITEMS_MAX);
+    return 0;
+  }
+  size_t dup = 0;
+  int distinct = lct__keys_distinct(h->items, h->n_items, &dup);
+  if (distinct <= 0) {
+    if (distinct < 0)
+      lct__reply_error(rq, LCT_ENOMEM, "out of memory checking keys");
+    else
+      lct__reply_item_error(rq, LCT_EINVAL, dup, "key repeats an earlier item's");
+    return 0;
+  }
+  for (size_t i = 0; i < h->n_items; i++) {
+    const Lctpb__DeviceItem *it = h->items[i];
+    if (it->key.len > (size_t)rq->srv->cfg.max_key_length) {
+      lct__reply_item_error(rq, LCT_ENAMETOOLONG, i, "key of %zu bytes exceeds max_key_length %d", it->key.len,
+                            rq->srv->cfg.max_key_length);
+      return 0;
+    }
+    if (it->offset > h->device->size || it->size > h->device->size - it->offset) {
+      lct__reply_item_error(rq, LCT_EINVAL, i, "%" PRIu64 " bytes at offset %" PRIu64
+                            " run past the device buffer's %" PRIu64, it->size, it->offset, h->device->size);
+      return 0;
+    }
+  }
+  rq->batch = calloc(h->n_items, sizeof *rq->batch);
+  if (rq->batch == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory for %zu items", h->n_items);
+    return 0;
+  }
+  rq->n_batch = h->n_items;
+  return 1;
+}
+
+/* After the checks, maps the buffer and points each item at its bytes,
+ * which must be aligned to esize(i); replies itself and returns 0 on failure. */
+static int lct__batch_map_or_reply(lct__request *rq) {
+  const Lctpb__Request *h = rq->hdr;
+  uint8_t *span;
+  if (!lct__device_or_reply(rq, h->device->size, 1, &span))
+    return 0;
+  for (size_t i = 0; i < rq->n_batch; i++) {
+    lct__batch_item *b = &rq->batch[i];
+    int dtype = rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY ? b->decl.dtype : b->entry->dtype;
+    b->device = span + h->items[i]->offset;
+    if ((uintptr_t)b->device % lct_dtype_size(dtype) != 0) {
+      lct__reply_item_error(rq, LCT_EINVAL, i, "buffer not aligned to its %zu-byte elements",
+                            lct_dtype_size(dtype));
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Metas of the items, in order, as the reply of a _MANY op. */
+static void lct__reply_batch(lct__request *rq) {
+  Lctpb__TensorMeta *metas = malloc(rq->n_batch * sizeof *metas);
+  Lctpb__TensorMeta **ptrs = malloc(rq->n_batch * sizeof *ptrs);
+  if (metas == NULL || ptrs == NULL) {
+    free(metas), free(ptrs);
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory for the reply (the batch itself succeeded)");
+    return;
+  }
+  for (size_t i = 0; i < rq->n_batch; i++) {
+    lct__meta_of(rq->batch[i].entry, &metas[i]);
+    ptrs[i] = &metas[i];
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.n_metas = rq->n_batch;
+  rp.metas = ptrs;
+  lct__reply(rq, &rp, NULL, 0);
+  free(metas), free(ptrs);
+}
+
+static void lct__batch_done(void *arg, int rc, size_t failed, const char *why) {
+  lct__request *rq = arg;
+  if (rc == 0)
+    lct__reply_batch(rq);
+  else if (failed < rq->n_batch)
+    lct__reply_item_error(rq, rc, failed, "%s", why);
+  else
+    lct__reply_error(rq, rc, "%s", why);
+}
+
+static void lct__op_put_device_many(lct__request *rq) {
+  if (!lct__batch_or_reply(rq))
+    return;
+  const lct__config *cfg = &rq->srv->cfg;
+  for (size_t i = 0; i < rq->n_batch; i++) {
+    const Lctpb__DeviceItem *it = rq->hdr->items[i];
+    lct__batch_item *b = &rq->batch[i];
+    int rc = lct__put_decl_parse(it->meta, &b->decl);
+    if (rc == 0 && cfg->max_tensor_size != 0 && b->decl.raw_bytes > cfg->max_tensor_size) {
+      lct__reply_item_error(rq, LCT_E2BIG, i, "tensor of %" PRIu64 " bytes exceeds max_tensor_size %" PRIu64,
+                            b->decl.raw_bytes, cfg->max_tensor_size);
+      return;
+    }
+    if (rc == 0 && it->size != b->decl.raw_bytes)
+      rc = LCT_ESIZE;
+    if (rc != 0) {
+      lct__reply_item_error(rq, rc, i, "%s", rc == LCT_EDTYPE  ? "unknown dtype"
+                                             : rc == LCT_E2BIG ? "shape product overflows"
+                                             : rc == LCT_ESIZE ? "size disagrees with dtype and shape"
+                                                               : "needs meta with a dtype (and shape)");
+      return;
+    }
+    b->key = it->key.data;
+    b->key_len = it->key.len;
+  }
+  if (!lct__batch_map_or_reply(rq))
+    return;
+  size_t failed;
+  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq, &failed);
+  if (rc == LCT_ENOSPC) {
+    lct__pool *pool = rq->srv->pool;
+    lct__reply_item_error(rq, rc, failed, "the pool is full: %" PRIu64 " of %" PRIu64 " bytes in use",
+                          lct__pool_used(pool), lct__pool_capacity(pool));
+  } else if (rc != 0) {
+    lct__reply_error(rq, rc, "cannot start the encode");
+  }
+}
+
+static void lct__op_get_device_many(lct__request *rq) {
+  if (!lct__batch_or_reply(rq))
+    return;
+  for (size_t i = 0; i < rq->n_batch; i++) {
+    const Lctpb__DeviceItem *it = rq->hdr->items[i];
+    lct__entry *e = lct__store_find(rq->srv->store, it->key.data, it->key.len);
+    if (e == NULL) {
+      lct__reply_item_error(rq, LCT_ENOENT, i, "no such key");
+      return;
+    }
+    if (it->has_version && it->version != e->version) {
+      lct__reply_item_error(rq, LCT_ESTALE, i, "key is at version %" PRIu64 ", not %" PRIu64, e->version,
+                            it->version);
+      return;
+    }
+    if (it->size < e->raw_bytes) {
+      lct__reply_item_error(rq, LCT_EBUFSIZE, i, "tensor is %" PRIu64 " bytes; its buffer holds %" PRIu64,
+                            e->raw_bytes, it->size);
+      return;
+    }
+    lct__entry_ref(e); /* dropped with the request */
+    rq->batch[i].entry = e;
+    rq->batch[i].key = it->key.data;
+    rq->batch[i].key_len = it->key.len;
+  }
+  if (!lct__batch_map_or_reply(rq))
+    return;
+  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "cannot start the decode");
+}
+
 static void lct__op_delete(lct__request *rq) {
   if (!lct__need_key(rq))
     return;
@@ -769,6 +1020,12 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
     break;
   case LCTPB__OP__OP_GET_DEVICE:
     lct__op_get_device(rq);
+    break;
+  case LCTPB__OP__OP_PUT_DEVICE_MANY:
+    lct__op_put_device_many(rq);
+    break;
+  case LCTPB__OP__OP_GET_DEVICE_MANY:
+    lct__op_get_device_many(rq);
     break;
   default:
     lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);

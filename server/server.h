@@ -27,6 +27,7 @@ typedef struct lct__server {
   const char *backend_name;
   uint8_t boot_id[LCT_BOOT_ID_BYTES]; /* this host's (lct_wire_boot_id); zero if unreadable */
   int threads; /* codec worker threads (the libuv threadpool size) */
+  uint64_t codebook_ids; /* the last lct__entry.codebook_id given */
 } lct__server;
 
 /* A tensor a client wants to store, validated: dtype known, at most

@@ -17,7 +17,8 @@ const double lct__latency_bounds[LCT__LATENCY_BUCKETS] = {
 
 static const char *const lct__op_names[LCT__OP_SLOTS] = {
     "invalid", "ping", "put", "put_begin", "put_chunk", "put_commit",
-    "put_abort", "get", "delete", "stat", "list", "stats", "save", "put_device", "get_device"};
+    "put_abort", "get", "delete", "stat", "list", "stats", "save", "put_device", "get_device",
+    "put_device_many", "get_device_many"};
 
 static const char *const lct__fallback_names[LCT__FALLBACK_SLOTS] = {
     "cpu_backend", "other_host", "other_device", "ipc_open_failed"};
@@ -198,7 +199,7 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
                "Wall time of get decodes (decoded_bytes_total over it is the decode throughput).",
                st->decode_ns);
   lct__head(&b, "device_ops_total", "counter",
-            "Device puts and gets served device to device (CUDA IPC), nothing through host memory.");
+            "Tensors stored and read device to device (CUDA IPC; the items of the _MANY ops count one each).");
   lct__bprintf(&b, "lct_device_ops_total{op=\"put\"} %" PRIu64 "\n", st->device_puts);
   lct__bprintf(&b, "lct_device_ops_total{op=\"get\"} %" PRIu64 "\n", st->device_gets);
   lct__head(&b, "device_fallbacks_total", "counter",

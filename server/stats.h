@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LCT__OP_SLOTS 15     /* index = wire op (1..14); 0 = unparsable or unknown op */
+#define LCT__OP_SLOTS 17     /* index = wire op (1..16); 0 = unparsable or unknown op */
 #define LCT__STATUS_SLOTS 32 /* index = wire status: 0 ok, else the positive LCT code */
 #define LCT__LATENCY_BUCKETS 12 /* finite upper bounds of the latency histogram */
 #define LCT__DTYPE_SLOTS 6      /* LCT_DTYPE_COUNT */
@@ -57,8 +57,8 @@ typedef struct lct__stats {
   uint64_t persist_failures;  /* tensors or directories a save could not write */
   uint64_t persist_restored;  /* tensors restored from persist_dir at start */
   uint64_t persist_skipped;   /* files skipped at start: corrupt, partial or too large */
-  uint64_t device_puts;       /* PUT_DEVICE served device to device */
-  uint64_t device_gets;       /* GET_DEVICE served device to device */
+  uint64_t device_puts;       /* tensors stored device to device (PUT_DEVICE, PUT_DEVICE_MANY items) */
+  uint64_t device_gets;       /* tensors read device to device (GET_DEVICE, GET_DEVICE_MANY items) */
   uint64_t device_fallbacks[LCT__FALLBACK_SLOTS]; /* device ops answered LCT_ENOIPC, by reason */
   uint64_t ipc_opens;         /* client GPU allocations mapped (IPC handle cache misses) */
 } lct__stats;

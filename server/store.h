@@ -40,6 +40,7 @@ typedef struct lct__entry {
   uint32_t checksum;        /* CRC-32C of the raw bytes */
   int has_codebook;
   lct_codebook codebook;    /* reused by the key's next put */
+  uint64_t codebook_id;     /* names codebook server-wide: equal ids, equal codebooks (device codebook caches) */
   size_t n_segments;
   lct__segment *segments;
   int persisted;            /* persist_dir holds this version (the one mutable field) */

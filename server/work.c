@@ -81,7 +81,9 @@ static void lct__put_task_device(lct__put_task *t, const lct__segment *sg, uint6
   uint32_t *crc = (job->round & LCT__DO_CRC) ? &t->crc : NULL;
   t->rc = 0;
   if (job->round & LCT__DO_HIST) {
-    t->rc = be->ops->scan_device(be->ctx, job->decl.dtype, src, n, crc, job->hists + t->seg * job->hist_len);
+    uint64_t *h = job->hists + t->seg * job->hist_len;
+    memset(h, 0, job->hist_len * sizeof *h);
+    t->rc = be->ops->scan_device(be->ctx, job->decl.dtype, src, n, crc, h);
     crc = NULL;
   }
   if (t->rc == 0 && (job->round & LCT__DO_ENCODE)) {
@@ -183,17 +185,11 @@ static void lct__put_task_done(uv_work_t *w, int status) {
     for (size_t i = 1; i < job->n_tasks; i++)
       for (size_t k = 0; k < job->hist_len; k++)
         sum[k] += job->hists[i * job->hist_len + k];
-    /* O(alphabet) work: a 2^s + 1 symbol Huffman build, not a pass over data. */
-    int rc = lct_codebook_build(job->decl.dtype, sum, &e->codebook);
+    int rc = lct__codebook_set(srv, e, sum, job->rebuilding);
     if (rc != 0) {
       lct__put_finish(job, rc, "codebook build failed");
       return;
     }
-    e->has_codebook = 1;
-    if (job->rebuilding)
-      srv->stats.codebook_rebuilds++;
-    else
-      srv->stats.codebook_builds++;
     free(job->hists);
     job->hists = NULL;
     lct__put_round(job, LCT__DO_ENCODE);
@@ -238,6 +234,30 @@ static void lct__put_round(lct__put_job *job, int round) {
   }
 }
 
+int lct__codebook_inherit(lct__server *srv, lct__entry *e) {
+  const lct__entry *prev = lct__store_find(srv->store, e->key, e->key_len);
+  if (prev == NULL || !prev->has_codebook || prev->dtype != e->dtype)
+    return 0;
+  e->codebook = prev->codebook;
+  e->codebook_id = prev->codebook_id;
+  e->has_codebook = 1;
+  return 1;
+}
+
+int lct__codebook_set(lct__server *srv, lct__entry *e, const uint64_t *hist, int rebuild) {
+  /* O(alphabet) work: a 2^s + 1 symbol Huffman build, not a pass over data. */
+  int rc = lct_codebook_build(e->dtype, hist, &e->codebook);
+  if (rc != 0)
+    return rc;
+  e->has_codebook = 1;
+  e->codebook_id = ++srv->codebook_ids;
+  if (rebuild)
+    srv->stats.codebook_rebuilds++;
+  else
+    srv->stats.codebook_builds++;
+  return 0;
+}
+
 uint64_t lct__segment_bytes(const lct__server *srv, uint64_t raw_bytes) {
   const uint64_t align = 64 << 10;
   uint64_t seg = srv->cfg.segment_size, threads = srv->threads > 0 ? (uint64_t)srv->threads : 1;
@@ -256,21 +276,15 @@ uint64_t lct__put_reserve(const lct__server *srv, const lct__put_decl *decl) {
   return total;
 }
 
-int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
-                   const lct__put_src *src, lct__put_cb cb, void *arg) {
+int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
+                       uint64_t seg_bytes, lct__entry **out) {
   size_t esize = lct_dtype_size(decl->dtype);
-  assert(esize != 0 && decl->n_elems * esize == decl->raw_bytes);
-  uint64_t seg_bytes = lct__segment_bytes(srv, decl->raw_bytes);
+  assert(esize != 0 && decl->n_elems * esize == decl->raw_bytes && seg_bytes % (64 << 10) == 0);
   uint64_t n_seg = decl->raw_bytes == 0 ? 1 : (decl->raw_bytes + seg_bytes - 1) / seg_bytes;
-  lct__put_job *job = calloc(1, sizeof *job + n_seg * sizeof(lct__put_task));
-  if (job == NULL)
-    return LCT_ENOMEM;
-  int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &job->e);
-  if (rc != 0) {
-    free(job);
+  lct__entry *e;
+  int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
+  if (rc != 0)
     return rc;
-  }
-  lct__entry *e = job->e;
   e->dtype = decl->dtype;
   e->ndim = decl->ndim;
   memcpy(e->shape, decl->shape, sizeof e->shape);
@@ -284,10 +298,28 @@ int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const l
     size_t bound = lct_encode_bound(decl->dtype, sg->raw_bytes / esize);
     if ((rc = lct__pool_alloc(srv->pool, bound, &sg->blob)) != 0) {
       lct__entry_unref(e);
-      free(job);
       return rc;
     }
     sg->alloc_bytes = bound;
+  }
+  *out = e;
+  return 0;
+}
+
+int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
+                   const lct__put_src *src, lct__put_cb cb, void *arg) {
+  lct__entry *e;
+  int rc = lct__entry_reserve(srv, key, key_len, decl, lct__segment_bytes(srv, decl->raw_bytes), &e);
+  if (rc != 0)
+    return rc;
+  lct__put_job *job = calloc(1, sizeof *job + e->n_segments * sizeof(lct__put_task));
+  if (job == NULL) {
+    lct__entry_unref(e);
+    return LCT_ENOMEM;
+  }
+  job->e = e;
+  uint64_t n_seg = e->n_segments;
+  for (uint64_t i = 0; i < n_seg; i++) {
     job->tasks[i].job = job;
     job->tasks[i].seg = i;
   }
@@ -301,19 +333,10 @@ int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const l
   unsigned s = lct_dtype_symbol_bits(decl->dtype);
   job->hist_len = s ? (size_t)1 << s : 0;
   int round = LCT__DO_CRC;
-  if (s != 0) {
-    const lct__entry *prev = lct__store_find(srv->store, key, key_len);
-    if (prev != NULL && prev->has_codebook && prev->dtype == decl->dtype) {
-      e->codebook = prev->codebook;
-      e->has_codebook = 1;
-      job->reused = 1;
-      round |= LCT__DO_ENCODE;
-    } else {
-      round |= LCT__DO_HIST;
-    }
-  } else {
+  if (s == 0 || (job->reused = lct__codebook_inherit(srv, e)))
     round |= LCT__DO_ENCODE;
-  }
+  else
+    round |= LCT__DO_HIST;
   lct__put_round(job, round);
   return 0;
 }

@@ -24,6 +24,19 @@ typedef void (*lct__put_cb)(void *arg, int rc, const char *why, const lct__entry
 int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
                    const lct__put_src *src, lct__put_cb cb, void *arg);
 
+/* A new entry for key shaped by decl, split into segments of seg_bytes (a
+ * multiple of 64 KiB; the last may be shorter), each holding pool memory for
+ * its lct_encode_bound: LCT_ENOSPC (nothing held) when the pool is full. */
+int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
+                       uint64_t seg_bytes, lct__entry **out);
+
+/* Gives e (not yet installed) the codebook of its key's stored version when
+ * that has one of e's dtype; returns whether it did. */
+int lct__codebook_inherit(lct__server *srv, lct__entry *e);
+/* Builds e's codebook from a symbol histogram of its data and gives it a new
+ * codebook_id; counts a build, or a rebuild (drift). */
+int lct__codebook_set(lct__server *srv, lct__entry *e, const uint64_t *hist, int rebuild);
+
 /* Smallest segment a tensor is split into to spread it over the codec
  * threads: keeps the per-segment blob header (about 300 bytes) below 0.12%. */
 #define LCT__SEGMENT_MIN (256u << 10)

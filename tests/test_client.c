@@ -829,3 +829,106 @@ Test(client, http_metrics, .init = start_http, .fini = stop) {
   cr_assert_eq(lct_ping(c, NULL), 0);
   lct_close(c);
 }
+
+/* ---- PUT_DEVICE_MANY / GET_DEVICE_MANY checks (any backend) ----------------- */
+
+/* A device buffer description; its handle is never opened by these checks. */
+static Lctpb__DeviceBuffer fake_device(uint64_t size) {
+  static uint8_t handle[LCT_IPC_HANDLE_BYTES], uuid[LCT_GPU_UUID_BYTES], boot[LCT_BOOT_ID_BYTES];
+  Lctpb__DeviceBuffer d = LCTPB__DEVICE_BUFFER__INIT;
+  cr_assert_eq(lct_wire_boot_id(boot), 0);
+  d.ipc_handle = (ProtobufCBinaryData){sizeof handle, handle};
+  d.gpu_uuid = (ProtobufCBinaryData){sizeof uuid, uuid};
+  d.boot_id = (ProtobufCBinaryData){sizeof boot, boot};
+  d.size = size;
+  return d;
+}
+
+/* Sends a _MANY request; returns its status and the reply's failed_item (-1: absent). */
+static uint32_t many_call(raw_conn *r, uint32_t op, Lctpb__DeviceBuffer *dev, Lctpb__DeviceItem **items, size_t n,
+                          long *failed) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = op;
+  rq.device = dev;
+  rq.items = items;
+  rq.n_items = n;
+  Lctpb__Reply *rp;
+  uint32_t s = raw_call(r, &rq, NULL, 0, &rp);
+  *failed = rp->has_failed_item ? (long)rp->failed_item : -1;
+  lctpb__reply__free_unpacked(rp, NULL);
+  return s;
+}
+
+Test(client, device_many_requests_checked, .init = start_default, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  raw_conn r = raw_open(daemon_.ipc);
+  enum { N = LCT_DEVICE_ITEMS_MAX + 1 };
+  static Lctpb__DeviceItem items[N];
+  static Lctpb__DeviceItem *ptrs[N];
+  static Lctpb__TensorMeta metas[N];
+  static char keys[N][16];
+  uint64_t shape[1] = {256};
+  for (size_t i = 0; i < N; i++) {
+    lctpb__device_item__init(&items[i]);
+    lctpb__tensor_meta__init(&metas[i]);
+    metas[i].has_dtype = 1;
+    metas[i].dtype = LCT_DTYPE_F32;
+    metas[i].n_shape = 1;
+    metas[i].shape = shape;
+    snprintf(keys[i], sizeof keys[i], "m%zu", i);
+    items[i].key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+    items[i].meta = &metas[i];
+    items[i].offset = 1024 * (uint64_t)i;
+    items[i].size = 1024;
+    ptrs[i] = &items[i];
+  }
+  Lctpb__DeviceBuffer dev = fake_device(1024 * (uint64_t)N);
+  long failed;
+  const uint32_t PUT = LCTPB__OP__OP_PUT_DEVICE_MANY, GET = LCTPB__OP__OP_GET_DEVICE_MANY;
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 0, &failed), (uint32_t)-LCT_EINVAL, "no items");
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, N, &failed), (uint32_t)-LCT_E2BIG, "more than LCT_DEVICE_ITEMS_MAX");
+  cr_assert_eq(many_call(&r, PUT, NULL, ptrs, 2, &failed), (uint32_t)-LCT_EINVAL, "no device buffer");
+  items[2].key = items[0].key;
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 3, &failed), (uint32_t)-LCT_EINVAL, "a repeated key");
+  cr_assert_eq(failed, 2);
+  items[2].key = (ProtobufCBinaryData){strlen(keys[2]), (uint8_t *)keys[2]};
+  items[1].offset = dev.size - 512;
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 3, &failed), (uint32_t)-LCT_EINVAL, "past the buffer");
+  cr_assert_eq(failed, 1);
+  items[1].offset = 1024;
+  metas[2].dtype = 99;
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 3, &failed), (uint32_t)-LCT_EDTYPE);
+  cr_assert_eq(failed, 2);
+  metas[2].dtype = LCT_DTYPE_F32;
+  items[0].size = 1020;
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ESIZE, "size is not the tensor's");
+  cr_assert_eq(failed, 0);
+  items[0].size = 1024;
+  /* Well-formed: the cpu backend sends it to the host path, counted once. */
+  uint64_t fallbacks = stats_of(c).device_fallbacks;
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ENOIPC);
+  cr_assert_eq(failed, -1, "no item is at fault");
+  cr_assert_eq(stats_of(c).device_fallbacks, fallbacks + 1);
+  /* Gets are checked against what is stored. */
+  uint8_t data[1024] = {0};
+  put_ok(c, "m0", LCT_DTYPE_F32, data, sizeof data, NULL);
+  put_ok(c, "m2", LCT_DTYPE_F32, data, sizeof data, NULL);
+  cr_assert_eq(many_call(&r, GET, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ENOENT);
+  cr_assert_eq(failed, 1);
+  put_ok(c, "m1", LCT_DTYPE_F32, data, sizeof data, NULL);
+  items[2].size = 1000;
+  cr_assert_eq(many_call(&r, GET, &dev, ptrs, 3, &failed), (uint32_t)-LCT_EBUFSIZE);
+  cr_assert_eq(failed, 2);
+  items[2].size = 1024;
+  items[1].has_version = 1;
+  items[1].version = 1;
+  cr_assert_eq(many_call(&r, GET, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ESTALE);
+  cr_assert_eq(failed, 1);
+  items[1].has_version = 0;
+  cr_assert_eq(many_call(&r, GET, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ENOIPC);
+  /* Keys inside items obey the key rules of the wire (checked at parse). */
+  items[0].key = (ProtobufCBinaryData){3, (uint8_t *)"a\0b"};
+  cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 1, &failed), (uint32_t)-LCT_EINVAL);
+  nn_close(r.sock);
+  lct_close(c);
+}

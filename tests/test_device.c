@@ -157,3 +157,202 @@ Test(device, cpu_backend_falls_back, .fini = stop) {
   cr_assert_eq(metric(c, "lct_device_fallbacks_total{reason=\"ipc_open_failed\"} "), 0);
   lct_close(c);
 }
+
+/* ---- many tensors per request (lct_put_device_many, lct_get_device_many) ---- */
+
+/* The slices at element-aligned offsets of one allocation. */
+typedef struct slice_set {
+  uint8_t *host[N_SLICES];
+  size_t bytes[N_SLICES], at[N_SLICES];
+  uint64_t shape[N_SLICES][1];
+  int dtype[N_SLICES];
+  size_t total;
+} slice_set;
+
+static void slices_load(slice_set *s) {
+  s->total = 0;
+  for (size_t i = 0; i < N_SLICES; i++) {
+    s->host[i] = test_read_data(slices[i], &s->bytes[i]);
+    s->dtype[i] = test_dtype_from_name(slices[i]);
+    size_t esize = lct_dtype_size(s->dtype[i]);
+    s->total = (s->total + esize - 1) / esize * esize + esize; /* aligned to the element only */
+    s->at[i] = s->total;
+    s->shape[i][0] = s->bytes[i] / esize;
+    s->total += s->bytes[i];
+  }
+}
+
+static void slices_free(slice_set *s) {
+  for (size_t i = 0; i < N_SLICES; i++) free(s->host[i]);
+}
+
+/* The set's tensors as items keyed prefix+slice in buf. */
+static void slices_items(const slice_set *s, const char *prefix, uint8_t *buf, char keys[][128],
+                         lct_tensor_info *info, lct_device_tensor *t) {
+  for (size_t i = 0; i < N_SLICES; i++) {
+    snprintf(keys[i], 128, "%s%s", prefix, slices[i]);
+    t[i] = (lct_device_tensor){keys[i], s->dtype[i], s->shape[i], 1, buf + s->at[i], s->bytes[i], &info[i]};
+  }
+}
+
+Test(device, many_round_trip_and_drift, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  lct_client *c = test_connect(lctd.ipc);
+  slice_set s;
+  slices_load(&s);
+  uint8_t *src, *dst;
+  CUDA_CHECK(cudaMalloc((void **)&src, s.total));
+  CUDA_CHECK(cudaMalloc((void **)&dst, s.total));
+  for (size_t i = 0; i < N_SLICES; i++)
+    CUDA_CHECK(cudaMemcpy(src + s.at[i], s.host[i], s.bytes[i], cudaMemcpyHostToDevice));
+  char keys[N_SLICES][128];
+  lct_tensor_info info[N_SLICES];
+  lct_device_tensor put[N_SLICES], get[N_SLICES];
+  slices_items(&s, "many/", src, keys, info, put);
+  size_t failed = 99;
+  lct_server_stats st0;
+  cr_assert_eq(lct_stats(c, &st0, NULL), 0);
+  /* First put builds the codebooks; the second reuses them; a drifted third rebuilds. */
+  for (int round = 0; round < 2; round++) {
+    int rc = lct_put_device_many(c, put, N_SLICES, &failed);
+    cr_assert_eq(rc, 0, "put_device_many: %s (%s), item %zu", lct_strerror(rc), lct_last_error(c), failed);
+    cr_assert_eq(failed, N_SLICES);
+    for (size_t i = 0; i < N_SLICES; i++) {
+      cr_assert_eq(info[i].raw_bytes, s.bytes[i]);
+      cr_assert_eq(info[i].checksum, lct_crc32c(0, s.host[i], s.bytes[i]), "%s: CRC-32C of the bytes", slices[i]);
+      cr_assert_lt(info[i].stored_bytes, s.bytes[i], "%s is compressed", slices[i]);
+    }
+  }
+  lct_server_stats st1;
+  cr_assert_eq(lct_stats(c, &st1, NULL), 0);
+  cr_assert_eq(st1.codebook_builds - st0.codebook_builds, N_SLICES, "built once per key, then reused");
+  cr_assert_eq(st1.device_puts - st0.device_puts, 2 * N_SLICES);
+  slices_items(&s, "many/", dst, keys, info, get);
+  CUDA_CHECK(cudaMemset(dst, 0xA5, s.total));
+  cr_assert_eq(lct_get_device_many(c, get, N_SLICES, &failed), 0, "%s", lct_last_error(c));
+  uint8_t *back = malloc(s.total);
+  CUDA_CHECK(cudaMemcpy(back, dst, s.total, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < N_SLICES; i++) {
+    cr_assert_eq(memcmp(back + s.at[i], s.host[i], s.bytes[i]), 0, "%s: device round trip", slices[i]);
+    uint8_t *h = malloc(s.bytes[i]);
+    cr_assert_eq(lct_get(c, keys[i], h, s.bytes[i], NULL), 0, "host get of a batch put: %s", lct_last_error(c));
+    cr_assert_eq(memcmp(h, s.host[i], s.bytes[i]), 0, "%s: host get", slices[i]);
+    free(h);
+  }
+  /* Drift: with the sign and high exponent bits flipped, no slice fits its codebook. */
+  for (size_t i = 0; i < N_SLICES; i++) {
+    uint8_t *h = s.host[i];
+    size_t esize = lct_dtype_size(s.dtype[i]);
+    for (size_t k = 0; k + esize <= s.bytes[i]; k += esize) {
+      h[k + esize - 1] ^= 0x95;       /* the sign and three exponent bits */
+    }
+    CUDA_CHECK(cudaMemcpy(src + s.at[i], h, s.bytes[i], cudaMemcpyHostToDevice));
+  }
+  cr_assert_eq(lct_put_device_many(c, put, N_SLICES, &failed), 0, "%s", lct_last_error(c));
+  lct_server_stats st2;
+  cr_assert_eq(lct_stats(c, &st2, NULL), 0);
+  cr_assert_geq(st2.codebook_rebuilds - st1.codebook_rebuilds, 1, "drift rebuilds codebooks");
+  cr_assert_eq(lct_get_device_many(c, get, N_SLICES, &failed), 0, "%s", lct_last_error(c));
+  CUDA_CHECK(cudaMemcpy(back, dst, s.total, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < N_SLICES; i++) {
+    cr_assert_eq(memcmp(back + s.at[i], s.host[i], s.bytes[i]), 0, "%s: after a rebuild", slices[i]);
+    cr_assert_eq(info[i].checksum, lct_crc32c(0, s.host[i], s.bytes[i]));
+  }
+  cr_assert_eq(st2.device_fallbacks, 0, "no fallback");
+  free(back);
+  slices_free(&s);
+  CUDA_CHECK(cudaFree(src));
+  CUDA_CHECK(cudaFree(dst));
+  lct_close(c);
+}
+
+Test(device, many_errors_and_all_or_nothing, .fini = stop) {
+  NEED_GPU();
+  setenv("LCT_TEST_BACKEND", "cuda", 1);
+  const char *extra[] = {"--memory", "6M", "--threads", "2", NULL};
+  test_lctd_start(&lctd, extra);
+  lct_client *c = test_connect(lctd.ipc);
+  /* Three 2 MiB tensors of random f32 bits (incompressible): the pool holds two. */
+  size_t bytes = 2 << 20;
+  uint32_t *host = malloc(3 * bytes);
+  test_rng rng = {7};
+  for (size_t i = 0; i < 3 * bytes / 4; i++) host[i] = (uint32_t)test_rand(&rng);
+  uint8_t *a, *b;
+  CUDA_CHECK(cudaMalloc((void **)&a, 3 * bytes));
+  CUDA_CHECK(cudaMalloc((void **)&b, 3 * bytes));
+  CUDA_CHECK(cudaMemcpy(a, host, 3 * bytes, cudaMemcpyHostToDevice));
+  uint64_t shape[1] = {bytes / 4};
+  lct_device_tensor t[3];
+  const char *keys[3] = {"x0", "x1", "x2"};
+  for (int i = 0; i < 3; i++) t[i] = (lct_device_tensor){keys[i], LCT_DTYPE_F32, shape, 1, a + i * bytes, bytes, NULL};
+  size_t failed;
+  cr_assert_eq(lct_put_device_many(c, t, 1, &failed), 0, "%s", lct_last_error(c));
+  lct_tensor_info before;
+  cr_assert_eq(lct_stat(c, "x0", &before), 0);
+  /* x0 again with x1 and x2: the pool cannot take them all, and none is stored. */
+  t[0].dptr = a + 2 * bytes;
+  cr_assert_eq(lct_put_device_many(c, t, 3, &failed), LCT_ENOSPC);
+  cr_assert_lt(failed, 3);
+  lct_tensor_info after;
+  cr_assert_eq(lct_stat(c, "x0", &after), 0);
+  cr_assert_eq(after.version, before.version, "x0 keeps its version");
+  cr_assert_eq(lct_stat(c, "x1", &after), LCT_ENOENT, "x1 was not stored");
+  /* Repeated keys, a missing key, a small buffer, host memory. */
+  t[1].key = "x0";
+  cr_assert_eq(lct_put_device_many(c, t, 2, &failed), LCT_EINVAL);
+  cr_assert_eq(failed, 1);
+  lct_device_tensor g[2] = {{"x0", 0, NULL, 0, b, bytes, NULL}, {"nope", 0, NULL, 0, b + bytes, bytes, NULL}};
+  cr_assert_eq(lct_get_device_many(c, g, 2, &failed), LCT_ENOENT);
+  cr_assert_eq(failed, 1);
+  g[1].key = "x0";
+  g[0].key = "x0b";
+  cr_assert_eq(lct_put_device_many(c, g, 2, &failed), LCT_ESIZE, "a scalar shape for 2 MiB");
+  cr_assert_eq(failed, 0);
+  g[0].key = "x0";
+  g[0].bytes = bytes - 4;
+  cr_assert_eq(lct_get_device_many(c, g, 1, &failed), LCT_EBUFSIZE);
+  cr_assert_eq(failed, 0);
+  g[0].dptr = host;
+  g[0].bytes = bytes;
+  cr_assert_eq(lct_get_device_many(c, g, 1, &failed), LCT_EINVAL, "host memory is not a device buffer");
+  free(host);
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  lct_close(c);
+}
+
+Test(device, many_cpu_backend_falls_back, .fini = stop) {
+  NEED_GPU();
+  start("cpu");
+  lct_client *c = test_connect(lctd.ipc);
+  slice_set s;
+  slices_load(&s);
+  uint8_t *src, *dst;
+  CUDA_CHECK(cudaMalloc((void **)&src, s.total));
+  CUDA_CHECK(cudaMalloc((void **)&dst, s.total));
+  for (size_t i = 0; i < N_SLICES; i++)
+    CUDA_CHECK(cudaMemcpy(src + s.at[i], s.host[i], s.bytes[i], cudaMemcpyHostToDevice));
+  char keys[N_SLICES][128];
+  lct_tensor_info info[N_SLICES];
+  lct_device_tensor put[N_SLICES], get[N_SLICES];
+  slices_items(&s, "fb/", src, keys, info, put);
+  slices_items(&s, "fb/", dst, keys, info, get);
+  size_t failed;
+  cr_assert_eq(lct_put_device_many(c, put, N_SLICES, &failed), 0, "%s", lct_last_error(c));
+  cr_assert_eq(lct_get_device_many(c, get, N_SLICES, &failed), 0, "%s", lct_last_error(c));
+  uint8_t *back = malloc(s.total);
+  CUDA_CHECK(cudaMemcpy(back, dst, s.total, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < N_SLICES; i++) {
+    cr_assert_eq(memcmp(back + s.at[i], s.host[i], s.bytes[i]), 0, "%s through the host path", slices[i]);
+    cr_assert_eq(info[i].checksum, lct_crc32c(0, s.host[i], s.bytes[i]));
+  }
+  lct_server_stats st;
+  cr_assert_eq(lct_stats(c, &st, NULL), 0);
+  cr_assert_eq(st.device_fallbacks, 2, "one fallback per request");
+  free(back);
+  slices_free(&s);
+  CUDA_CHECK(cudaFree(src));
+  CUDA_CHECK(cudaFree(dst));
+  lct_close(c);
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck,
 # lct-bench gpu, lctd's integration suite on the cuda backend, the device path (lct_put_device /
-# lct_get_device), the Python binding with CUDA tensors.
+# lct_get_device), the Python binding with CUDA tensors, the trainer offload measurement.
 #
 #   tests/bench/run-gpu.sh [BUILD_DIR] [DATA_DIR]
 #
@@ -88,6 +88,14 @@ LCT_LIBRARY=$PWD/$build/lib/liblct.so LCT_LCTD=$PWD/$build/bin/lctd LCT_CLI=$PWD
 py_rc=$?
 py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
 
+# 6. The trainer offload measurement (tests/bench/train_offload.py), unless LCT_SKIP_TRAIN is set.
+train_rc=skipped
+if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
+  LCT_LIBRARY=$PWD/$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
+    python3 tests/bench/train_offload.py --lctd "$build/bin/lctd" --out "$out/train" >"$out/train.log" 2>&1
+  train_rc=$?
+fi
+
 echo "=== GPU: ${gpu:-unknown}"
 cat "$out/bench.txt"
 echo
@@ -100,5 +108,7 @@ printf '%-18s %s\n' "lct-bench gpu" "rc=$bench_rc (data: $data)"
 printf '%-18s %s\n' "lctd on cuda" "rc=$client_rc ${client_synth}"
 printf '%-18s %s\n' "device path" "rc=$device_rc ${device_synth}"
 printf '%-18s %s\n' "python + torch" "rc=$py_rc ${py_line}"
+printf '%-18s %s\n' "train offload" "rc=$train_rc $(grep -a 'step time overhead' "$out/train.log" 2>/dev/null)"
 printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
-[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) ]]
+[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) \
+   && ( $train_rc == 0 || $train_rc == skipped ) ]]

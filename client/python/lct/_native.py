@@ -61,6 +61,18 @@ class ServerInfo(ctypes.Structure):
     ]
 
 
+class DeviceTensor(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("ndim", ctypes.c_int),
+        ("dptr", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+        ("info", ctypes.POINTER(TensorInfo)),
+    ]
+
+
 _P = ctypes.c_void_p
 _CLIENT = ctypes.c_void_p
 _PROTOTYPES = {
@@ -74,6 +86,10 @@ _PROTOTYPES = {
     "lct_put_device": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                                       ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
     "lct_get_device": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
+    "lct_put_device_many": (ctypes.c_int, [_CLIENT, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
+                                           ctypes.POINTER(ctypes.c_size_t)]),
+    "lct_get_device_many": (ctypes.c_int, [_CLIENT, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
+                                           ctypes.POINTER(ctypes.c_size_t)]),
     "lct_get_alloc": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(TensorInfo)]),
     "lct_delete": (ctypes.c_int, [_CLIENT, ctypes.c_char_p]),
     "lct_stat": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(TensorInfo)]),

@@ -438,6 +438,68 @@ class Client:
         self._call(lib.lct_get_alloc, k, ctypes.byref(ptr), ctypes.byref(info))
         return _adopt(ptr.value, info)
 
+    def put_many(self, items):
+        """Stores (key, value) pairs as put does (dtype and shape from each
+        value) and returns their TensorInfo in order. CUDA tensors lying in
+        one allocation (slices of one buffer, say) travel together, up to 1024
+        per request, coded by lctd in one GPU pass and stored all or none per
+        request; other values are put one by one. Keys must be distinct."""
+        return self._many(list(items), put=True)
+
+    def get_many(self, items):
+        """Fills each out of (key, out) pairs as get(key, out) does and
+        returns the outs; CUDA tensors travel together as in put_many."""
+        self._many(list(items), put=False)
+        return [out for _, out in items]
+
+    def _many(self, items, put):
+        global _device_path
+        infos = [None] * len(items)
+        batch = []  # (index, key bytes, _Host, shape array) of CUDA tensors
+        for i, (key, value) in enumerate(items):
+            host = _host(value, writable=not put) if _device_path else None
+            if host is None or not host.device or host.nbytes == 0:
+                infos[i] = self.put(key, value) if put else self.get(key, out=value)
+                continue
+            if put and host.natural is None:
+                raise TypeError(f"a {host.what} needs put() with dtype= (put_many takes the value's own)")
+            batch.append((i, _key_bytes(key), host, (ctypes.c_uint64 * max(len(host.shape), 1))(*host.shape)))
+        if not batch:
+            return infos
+        lib = _native.lib()
+        arr = (_native.DeviceTensor * len(batch))()
+        cinfo = (_native.TensorInfo * len(batch))()
+        for j, (_, k, host, dims) in enumerate(batch):
+            arr[j] = _native.DeviceTensor(k, _dtype_code(host.natural) if put else 0, dims, len(host.shape),
+                                          host.ptr, host.nbytes, ctypes.pointer(cinfo[j]))
+        failed = ctypes.c_size_t()
+        try:
+            self._call(lib.lct_put_device_many if put else lib.lct_get_device_many, arr, len(batch),
+                       ctypes.byref(failed))
+        except LctError as e:
+            if e.code != error_code("LCT_ENODEV"):
+                if failed.value < len(batch):
+                    e.detail = f"{_key_str(batch[failed.value][1])}: {e.detail}"
+                raise
+            _device_path = False  # this liblct was built without CUDA: one by one through host memory
+            for i, (key, value) in enumerate(items):
+                if infos[i] is None:
+                    infos[i] = self.put(key, value) if put else self.get(key, out=value)
+            return infos
+        for j, (i, k, host, _) in enumerate(batch):
+            c = cinfo[j]
+            if not put:
+                width = lib.lct_dtype_size(c.dtype)
+                if c.raw_bytes != host.nbytes:
+                    raise _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {c.raw_bytes} bytes; "
+                                 f"out has {host.nbytes}")
+                if c.dtype != _dtype_code("raw") and host.itemsize not in (width, 1):
+                    raise _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds {_dtype_name(c.dtype)}; "
+                                 f"out has {host.itemsize}-byte elements")
+                host.finish()
+            infos[i] = _tensor_info(_key_str(k), c)
+        return infos
+
     def delete(self, key):
         """Removes key; NotFoundError (an LctError and KeyError) if absent."""
         self._call(_native.lib().lct_delete, _key_bytes(key))

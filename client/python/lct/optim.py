@@ -2,7 +2,7 @@
 import torch
 
 _ALIGN = 256  # scratch slots start at multiples of this (any dtype's view, coalesced device access)
-_MIN_AUTO_SCRATCH = 64 << 20
+_MIN_AUTO_SCRATCH = 256 << 20
 _UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
 _CODED = (torch.float32, torch.bfloat16, torch.float16)  # state dtypes lct codes; others go raw
 
@@ -20,9 +20,13 @@ class OffloadedAdamW(torch.optim.Optimizer):
     fetches their moments from lctd into the scratch, applies the update with
     the same operations in the same order as PyTorch's single-tensor AdamW (so
     parameters and moments are bitwise identical to torch.optim.AdamW's), puts
-    the moments back and moves on. Besides the parameters and gradients the
-    trainer holds only the scratch (plus, for device parameters, one host copy
-    of the tensor in flight).
+    the moments back and moves on. A group's moments travel in one request
+    each way (Client.get_many, put_many: for CUDA parameters lctd decodes into
+    and encodes from the scratch in one GPU pass). Besides the parameters and
+    gradients the trainer holds only the scratch, and only during step(): it
+    is taken from and returned to PyTorch's caching allocator, so it reuses
+    memory the backward pass freed (for CPU parameters, plus one host copy of
+    the tensor in flight).
 
     Keys are f"{key_prefix}{i}/exp_avg" and f"{key_prefix}{i}/exp_avg_sq" with
     i the parameter's position across param_groups (as in state_dict); give
@@ -36,7 +40,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
     run on float32 parameters.
 
     scratch_bytes: None sizes the scratch to the largest parameter's need (at
-    least 64 MiB); a parameter needs 3 (4 with master weights) slots of its
+    least 256 MiB); a parameter needs 3 (4 with master weights) slots of its
     state size. A given size smaller than one parameter's need is an error.
     """
 
@@ -58,7 +62,6 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self.offload_master_weights = offload_master_weights
         self._auto_scratch = scratch_bytes is None
         self.scratch_bytes = _MIN_AUTO_SCRATCH if scratch_bytes is None else scratch_bytes
-        self._scratch = {}  # device -> uint8 tensor of scratch_bytes, made on first use
         # The switches name the torch.optim.AdamW path this reproduces, so that
         # AdamW loading this optimizer's state_dict takes that same path.
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=False,
@@ -90,7 +93,6 @@ class OffloadedAdamW(torch.optim.Optimizer):
                                      f"scratch; scratch_bytes is {self.scratch_bytes}")
                 if need > self.scratch_bytes:
                     self.scratch_bytes = need
-                    self._scratch.clear()
         except ValueError:
             self.param_groups.pop()
             raise
@@ -112,7 +114,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        batch, used, device = [], 0, None
+        batch, used, device, scratch = [], 0, None, {}
         for index, group, p in self._indexed_params():
             if p.grad is None:
                 continue
@@ -120,25 +122,19 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
             need = self._need(p)
             if batch and (used + need > self.scratch_bytes or p.device != device):
-                self._update(batch, device)
+                self._update(batch, scratch[device])
                 batch, used = [], 0
+            if p.device not in scratch:
+                scratch[p.device] = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=p.device)
             batch.append((index, group, p))
             used += need
             device = p.device
         if batch:
-            self._update(batch, device)
+            self._update(batch, scratch[device])
         return loss
 
-    def _scratch_for(self, device):
-        buf = self._scratch.get(device)
-        if buf is None:
-            buf = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
-            self._scratch[device] = buf
-        return buf
-
-    def _update(self, batch, device):
+    def _update(self, batch, buf):
         """Fetch, update and store back the states of params that fit in one scratch."""
-        buf = self._scratch_for(device)
         off = 0
 
         def slot(p):
@@ -149,7 +145,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             off += _aligned(n)
             return view
 
-        work = []
+        work, fetch = [], []
         for index, group, p in batch:
             m, v, tmp = slot(p), slot(p), slot(p)
             master = slot(p) if self.offload_master_weights else None
@@ -162,12 +158,14 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 if master is not None:
                     master.copy_(p)
             else:
-                self.client.get(self._key(index, "exp_avg"), out=m)
-                self.client.get(self._key(index, "exp_avg_sq"), out=v)
+                fetch += [(self._key(index, "exp_avg"), m), (self._key(index, "exp_avg_sq"), v)]
                 if master is not None:
-                    self.client.get(self._key(index, "master_param"), out=master)
+                    fetch.append((self._key(index, "master_param"), master))
             work.append((index, group, p, m, v, tmp, master))
+        if fetch:
+            self.client.get_many(fetch)
 
+        store = []
         for index, group, p, m, v, tmp, master in work:
             if master is None:
                 _adamw_step(p, p.grad, m, v, tmp, self.state[p]["step"], group)
@@ -175,10 +173,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 tmp.copy_(p.grad)
                 _adamw_step(master, tmp, m, v, tmp, self.state[p]["step"], group)
                 p.copy_(master)
-            self._put(index, "exp_avg", m)
-            self._put(index, "exp_avg_sq", v)
+            store += [(index, "exp_avg", m), (index, "exp_avg_sq", v)]
             if master is not None:
-                self._put(index, "master_param", master)
+                store.append((index, "master_param", master))
+        coded = [(self._key(i, name), t) for i, name, t in store if t.dtype in _CODED]
+        if coded:
+            self.client.put_many(coded)
+        for i, name, t in store:
+            if t.dtype not in _CODED:
+                self._put(i, name, t)
 
     def _put(self, index, name, t):
         self.client.put(self._key(index, name), t, dtype=None if t.dtype in _CODED else "raw")

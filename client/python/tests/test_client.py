@@ -241,6 +241,24 @@ class TestNumpy(LctdTestCase):
                     # real bf16 training tensors compress (DESIGN.md: 1.48-1.79x bound)
                     self.assertLess(info.stored_bytes, info.raw_bytes)
 
+    def test_many(self):
+        # Host values go one by one; the pairs keep their order and outs are filled.
+        rng = np.random.default_rng(8)
+        values = [rng.standard_normal((17, 5)).astype(np.float32), np.arange(300, dtype=np.float16),
+                  np.zeros(0, np.float32)]
+        pairs = [(self.key(f"many{i}"), v) for i, v in enumerate(values)]
+        infos = self.client.put_many(pairs)
+        self.assertEqual([i.key for i in infos], [k for k, _ in pairs])
+        self.assertEqual([i.shape for i in infos], [v.shape for v in values])
+        outs = [np.empty_like(v) for v in values]
+        got = self.client.get_many([(k, o) for (k, _), o in zip(pairs, outs)])
+        self.assertEqual(len(got), 3)
+        for v, o, g in zip(values, outs, got):
+            self.assertIs(g, o)
+            self.assertEqual(o.tobytes(), v.tobytes())
+        with self.assertRaises(lct.NotFoundError):
+            self.client.get_many([(self.key("many0"), outs[0]), (self.key("absent"), outs[0])])
+
     def test_shapes(self):
         rng = np.random.default_rng(6)
         for shape in [(), (1,), (0,), (3, 0, 2), (2, 3, 4, 5), (1,) * 8]:

@@ -59,6 +59,35 @@ class TestDeviceToDevice(_DeviceCase):
         self.assertEqual(after["device_gets"] - before["device_gets"], n)
         self.assertEqual(after["device_fallbacks"], 0)
 
+    def test_many_in_one_buffer(self):
+        # Views of one allocation travel in one request each way.
+        buf = torch.empty(1 << 22, dtype=torch.uint8, device="cuda")
+        g = torch.Generator().manual_seed(9)
+        shapes = [(64, 33), (1000,), (7, 3, 5)]
+        views, off = [], 0
+        for i, shape in enumerate(shapes):
+            n = 1
+            for d in shape:
+                n *= d
+            v = buf[off:off + 4 * n].view(torch.float32).view(shape)
+            v.copy_(torch.randn(shape, generator=g))
+            views.append(v)
+            off += 4 * n + 256
+        keys = [f"{self.id()}/{i}" for i in range(len(views))]
+        before = self.client.stats()
+        infos = self.client.put_many(zip(keys, views))
+        self.assertEqual([i.shape for i in infos], shapes)
+        outs = [torch.full_like(v, float("nan")) for v in views]
+        self.assertEqual(self.client.get_many(list(zip(keys, outs))), outs)
+        for v, o in zip(views, outs):
+            self.assertTrue(torch.equal(bits(o), bits(v)))
+        after = self.client.stats()
+        self.assertEqual(after["device_puts"] - before["device_puts"], len(views))
+        self.assertEqual(after["device_gets"] - before["device_gets"], len(views))
+        self.assertEqual(after["device_fallbacks"], 0)
+        with self.assertRaises(lct.NotFoundError):
+            self.client.get_many([(keys[0], outs[0]), (f"{self.id()}/absent", outs[1])])
+
     def test_optimizer_moves_states_device_to_device(self):
         from test_optim import HYPER, backward, make_model
         ref_model = make_model("cuda", torch.float32)

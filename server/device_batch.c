@@ -1,0 +1,351 @@
+/* device_batch.c — PUT_DEVICE_MANY and GET_DEVICE_MANY: the tensors of one request coded in one pass of the GPU codec. */
+#include "device_batch.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_checksum.h"
+#include "log.h"
+#include "work.h"
+
+/* What a round of a batch does on a worker thread. */
+enum { LCT__BATCH_HIST, LCT__BATCH_ENCODE, LCT__BATCH_DECODE };
+
+typedef struct lct__batch_job {
+  uv_work_t work;
+  lct__server *srv;
+  lct__batch_item *items;
+  size_t n_items;
+  lct__batch_seg *segs;   /* every segment of every item, item by item */
+  size_t n_segs;
+  size_t *first;          /* per item: its first segment; first[n_items] == n_segs */
+  lct__entry **built;     /* put: the entries being encoded, installed at the end */
+  uint8_t *redo;          /* put: per item, whether the current round includes it */
+  uint64_t *hists;        /* put, HIST round: 2^s counters per item */
+  size_t hist_len;
+  int round;
+  int rebuilding;         /* the HIST round is for drifted codebooks */
+  int rc;                 /* worker: argument or CUDA error of the round */
+  lct__batch_cb cb;
+  void *arg;
+  uint64_t started;
+} lct__batch_job;
+
+static void lct__batch_free(lct__batch_job *job) {
+  if (job->built != NULL)
+    for (size_t i = 0; i < job->n_items; i++)
+      if (job->built[i] != NULL)
+        lct__entry_unref(job->built[i]);
+  free(job->built);
+  free(job->redo);
+  free(job->hists);
+  free(job->segs);
+  free(job->first);
+  free(job);
+}
+
+static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, size_t n, size_t n_segs,
+                                      lct__batch_cb cb, void *arg) {
+  lct__batch_job *job = calloc(1, sizeof *job);
+  if (job == NULL)
+    return NULL;
+  job->srv = srv;
+  job->items = items;
+  job->n_items = n;
+  job->cb = cb;
+  job->arg = arg;
+  job->n_segs = n_segs;
+  job->first = calloc(n + 1, sizeof *job->first);
+  job->segs = calloc(n_segs ? n_segs : 1, sizeof *job->segs);
+  if (job->first == NULL || job->segs == NULL) {
+    lct__batch_free(job);
+    return NULL;
+  }
+  job->started = uv_hrtime();
+  return job;
+}
+
+static void lct__batch_done(uv_work_t *w, int status);
+
+/* Segments of the items marked in redo (all when redo is NULL), packed at
+ * the front of scratch for the backend; results copied back after. */
+static size_t lct__batch_pick(lct__batch_job *job, lct__batch_seg *picked) {
+  size_t k = 0;
+  for (size_t i = 0; i < job->n_items; i++)
+    if (job->redo == NULL || job->redo[i])
+      for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+        picked[k++] = job->segs[s];
+  return k;
+}
+
+static void lct__batch_run(uv_work_t *w) {
+  lct__batch_job *job = w->data;
+  const lct__backend *be = lct__pool_backend(job->srv->pool);
+  job->rc = 0;
+  if (job->round == LCT__BATCH_DECODE) {
+    job->rc = be->ops->decode_batch(be->ctx, job->segs, job->n_segs);
+    return;
+  }
+  if (job->round == LCT__BATCH_HIST) {
+    for (size_t i = 0; i < job->n_items && job->rc == 0; i++) {
+      if (!job->redo[i])
+        continue;
+      uint64_t *h = job->hists + i * job->hist_len;
+      for (size_t s = job->first[i]; s < job->first[i + 1] && job->rc == 0; s++)
+        job->rc = be->ops->scan_device(be->ctx, job->segs[s].dtype, job->segs[s].src, job->segs[s].n, NULL, h);
+    }
+    return;
+  }
+  if (job->redo == NULL) {
+    job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs);
+    return;
+  }
+  /* A re-encode of some items: gather their segments, encode, scatter back. */
+  lct__batch_seg *picked = malloc(job->n_segs * sizeof *picked);
+  if (picked == NULL) {
+    job->rc = LCT_ENOMEM;
+    return;
+  }
+  size_t k = lct__batch_pick(job, picked);
+  job->rc = be->ops->encode_batch(be->ctx, picked, k);
+  k = 0;
+  for (size_t i = 0; i < job->n_items; i++)
+    if (job->redo[i])
+      for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+        job->segs[s] = picked[k++];
+  free(picked);
+}
+
+static void lct__batch_queue(lct__batch_job *job, int round) {
+  job->round = round;
+  job->work.data = job;
+  int rc = uv_queue_work(job->srv->loop, &job->work, lct__batch_run, lct__batch_done);
+  assert(rc == 0 && "uv_queue_work with a valid loop and callback");
+  (void)rc;
+}
+
+static void lct__batch_end(lct__batch_job *job, int rc, size_t failed, const char *why) {
+  job->cb(job->arg, rc, failed, why);
+  lct__batch_free(job);
+}
+
+/* The first segment error of the batch, as (code, item). */
+static int lct__batch_seg_error(const lct__batch_job *job, size_t *failed) {
+  for (size_t i = 0; i < job->n_items; i++)
+    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+      if (job->segs[s].rc != 0) {
+        *failed = i;
+        return job->segs[s].rc;
+      }
+  return 0;
+}
+
+/* Points the segments of item i at its entry's codebook (after a build). */
+static void lct__batch_codebook(lct__batch_job *job, size_t i) {
+  const lct__entry *e = job->built[i];
+  for (size_t s = job->first[i]; s < job->first[i + 1]; s++) {
+    job->segs[s].cb = e->has_codebook ? &e->codebook : NULL;
+    job->segs[s].codebook_id = e->codebook_id;
+  }
+}
+
+static void lct__batch_install(lct__batch_job *job) {
+  lct__server *srv = job->srv;
+  for (size_t i = 0; i < job->n_items; i++) {
+    lct__entry *e = job->built[i];
+    e->stored_bytes = 0;
+    for (size_t k = 0; k < e->n_segments; k++) {
+      lct__segment *sg = &e->segments[k];
+      const lct__batch_seg *bs = &job->segs[job->first[i] + k];
+      sg->blob_bytes = bs->blob_bytes;
+      sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
+      e->stored_bytes += sg->blob_bytes;
+      e->checksum = k == 0 ? bs->crc : lct_crc32c_combine(e->checksum, bs->crc, sg->raw_bytes);
+    }
+    srv->stats.encoded_bytes += e->raw_bytes;
+    lct__store_install(srv->store, e); /* takes the job's reference */
+    job->built[i] = NULL;
+    job->items[i].entry = e;
+  }
+  srv->stats.encode_ns += uv_hrtime() - job->started;
+  srv->stats.device_puts += job->n_items;
+}
+
+/* After an encode round: items whose reused codebook drifted get a
+ * histogram, a new codebook and a re-encode; the others are done. */
+static int lct__batch_drifted(lct__batch_job *job) {
+  if (job->rebuilding)
+    return 0; /* a rebuilt codebook fits its data by construction */
+  int any = 0;
+  for (size_t i = 0; i < job->n_items; i++) {
+    const lct__entry *e = job->built[i];
+    uint64_t bits = 0;
+    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+      bits += job->segs[s].code_bits;
+    int drift = job->redo[i] == 0 && e->has_codebook && e->n_elems > 0 &&
+                (double)bits > e->codebook.expected_bits_per_elem * (double)e->n_elems * (1.0 + LCT__DRIFT);
+    job->redo[i] = (uint8_t)drift;
+    any |= drift;
+  }
+  return any;
+}
+
+static void lct__batch_done(uv_work_t *w, int status) {
+  lct__batch_job *job = w->data;
+  lct__server *srv = job->srv;
+  size_t failed = job->n_items;
+  int rc = status != 0 ? LCT_ENOMEM : job->rc;
+  if (rc == 0 && job->round != LCT__BATCH_HIST)
+    rc = lct__batch_seg_error(job, &failed);
+  if (rc != 0) {
+    if (job->round == LCT__BATCH_DECODE)
+      lct__log_error("a device batch of %zu tensors failed to decode: %s", job->n_items, lct_strerror(rc));
+    lct__batch_end(job, rc, failed, job->round == LCT__BATCH_DECODE ? "stored tensor failed to decode"
+                                                                    : "codec failed");
+    return;
+  }
+  switch (job->round) {
+  case LCT__BATCH_DECODE:
+    for (size_t s = 0; s < job->n_segs; s++)
+      srv->stats.decoded_bytes += job->segs[s].n * lct_dtype_size(job->segs[s].dtype);
+    srv->stats.decode_ns += uv_hrtime() - job->started;
+    srv->stats.device_gets += job->n_items;
+    lct__batch_end(job, 0, job->n_items, NULL);
+    return;
+  case LCT__BATCH_HIST:
+    for (size_t i = 0; i < job->n_items; i++) {
+      if (!job->redo[i])
+        continue;
+      if ((rc = lct__codebook_set(srv, job->built[i], job->hists + i * job->hist_len, job->rebuilding)) != 0) {
+        lct__batch_end(job, rc, i, "codebook build failed");
+        return;
+      }
+      lct__batch_codebook(job, i);
+    }
+    free(job->hists);
+    job->hists = NULL;
+    if (!job->rebuilding) { /* first puts: every item is encoded next */
+      free(job->redo);
+      job->redo = NULL;
+    }
+    lct__batch_queue(job, LCT__BATCH_ENCODE);
+    return;
+  case LCT__BATCH_ENCODE:
+    if (job->redo == NULL && (job->redo = calloc(job->n_items, 1)) == NULL) {
+      lct__batch_end(job, LCT_ENOMEM, job->n_items, "out of memory");
+      return;
+    }
+    if (lct__batch_drifted(job)) {
+      job->rebuilding = 1;
+      job->hists = calloc(job->n_items * job->hist_len, sizeof *job->hists);
+      if (job->hists == NULL) {
+        lct__batch_end(job, LCT_ENOMEM, job->n_items, "out of memory for histograms");
+        return;
+      }
+      lct__batch_queue(job, LCT__BATCH_HIST);
+      return;
+    }
+    lct__batch_install(job);
+    lct__batch_end(job, 0, job->n_items, NULL);
+    return;
+  }
+}
+
+int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct__batch_cb cb, void *arg,
+                         size_t *failed) {
+  *failed = n;
+  size_t n_segs = 0;
+  lct__batch_job *job = lct__batch_new(srv, items, n, 0, cb, arg);
+  if (job == NULL || (job->built = calloc(n, sizeof *job->built)) == NULL ||
+      (job->redo = calloc(n, 1)) == NULL) {
+    if (job != NULL)
+      lct__batch_free(job);
+    return LCT_ENOMEM;
+  }
+  /* One segment per segment_size: the GPU spreads each over its SMs. */
+  int rc = 0, need_hist = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if ((rc = lct__entry_reserve(srv, items[i].key, items[i].key_len, &items[i].decl, srv->cfg.segment_size,
+                                 &job->built[i])) != 0) {
+      *failed = i;
+      break;
+    }
+    n_segs += job->built[i]->n_segments;
+    if (lct_dtype_symbol_bits(items[i].decl.dtype) != 0 && !lct__codebook_inherit(srv, job->built[i]))
+      need_hist = job->redo[i] = 1;
+  }
+  lct__batch_seg *segs = rc == 0 ? calloc(n_segs, sizeof *segs) : NULL;
+  if (rc == 0 && segs == NULL)
+    rc = LCT_ENOMEM;
+  if (rc != 0) {
+    lct__batch_free(job);
+    return rc;
+  }
+  free(job->segs);
+  job->segs = segs;
+  job->n_segs = n_segs;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const lct__entry *e = job->built[i];
+    job->first[i] = k;
+    for (size_t s = 0; s < e->n_segments; s++, k++) {
+      const lct__segment *sg = &e->segments[s];
+      lct__batch_seg *bs = &segs[k];
+      bs->dtype = e->dtype;
+      bs->n = sg->raw_bytes / lct_dtype_size(e->dtype);
+      bs->want_crc = 1;
+      bs->src = items[i].device + sg->raw_offset;
+      bs->dst = sg->blob;
+      bs->cap = sg->alloc_bytes;
+    }
+  }
+  job->first[n] = k;
+  for (size_t i = 0; i < n; i++) {
+    lct__batch_codebook(job, i);
+    size_t len = (size_t)1 << lct_dtype_symbol_bits(items[i].decl.dtype);
+    if (len > job->hist_len) /* room for the widest alphabet, for first puts and rebuilds */
+      job->hist_len = len;
+  }
+  if (!need_hist) {
+    free(job->redo);
+    job->redo = NULL;
+    lct__batch_queue(job, LCT__BATCH_ENCODE);
+    return 0;
+  }
+  if ((job->hists = calloc(n * job->hist_len, sizeof *job->hists)) == NULL) {
+    lct__batch_free(job);
+    return LCT_ENOMEM;
+  }
+  lct__batch_queue(job, LCT__BATCH_HIST);
+  return 0;
+}
+
+int lct__batch_get_start(lct__server *srv, lct__batch_item *items, size_t n, lct__batch_cb cb, void *arg) {
+  size_t n_segs = 0;
+  for (size_t i = 0; i < n; i++)
+    if (items[i].entry->raw_bytes > 0)
+      n_segs += items[i].entry->n_segments;
+  lct__batch_job *job = lct__batch_new(srv, items, n, n_segs, cb, arg);
+  if (job == NULL)
+    return LCT_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const lct__entry *e = items[i].entry;
+    job->first[i] = k;
+    if (e->raw_bytes == 0)
+      continue; /* nothing to write */
+    for (size_t s = 0; s < e->n_segments; s++, k++) {
+      const lct__segment *sg = &e->segments[s];
+      lct__batch_seg *bs = &job->segs[k];
+      bs->dtype = e->dtype;
+      bs->n = sg->raw_bytes / lct_dtype_size(e->dtype);
+      bs->src = sg->blob;
+      bs->src_bytes = sg->blob_bytes;
+      bs->dst = items[i].device + sg->raw_offset;
+    }
+  }
+  job->first[n] = k;
+  lct__batch_queue(job, LCT__BATCH_DECODE);
+  return 0;
+}

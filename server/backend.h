@@ -24,6 +24,8 @@ typedef struct lct__batch_seg {
   uint64_t blob_bytes;        /* encode */
   uint64_t code_bits;         /* encode: as lct_encode_stats.code_bits */
   uint32_t crc;               /* encode with want_crc: CRC-32C of the raw bytes */
+  uint64_t *hist;             /* hist_batch: host counters (2^s) the segment's symbol counts are added to;
+                                 consecutive segments of one tensor share them */
 } lct__batch_seg;
 
 /* A backend owns blob memory (host memory for cpu, a device region reserved
@@ -80,6 +82,7 @@ typedef struct lct__backend_ops {
    * failures in their rc. */
   int (*encode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
   int (*decode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
+  int (*hist_batch)(void *ctx, lct__batch_seg *segs, size_t n);
 } lct__backend_ops;
 
 typedef struct lct__backend {

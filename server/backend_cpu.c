@@ -54,7 +54,7 @@ static int lct__cpu_write(void *ctx, const void *src, size_t len, void *blob) {
 static const lct__backend_ops lct__cpu_ops = {
     "cpu", lct__cpu_alloc, lct__cpu_shrink, lct__cpu_release,
     lct__cpu_encode, lct__cpu_decode, lct__cpu_destroy, lct__cpu_read, lct__cpu_write,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, /* no device path: device puts and gets fall back to the host path */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, /* no device path: device puts and gets fall back to the host path */
 };
 
 int lct__backend_cpu_open(uint64_t memory, lct__backend *out) {

@@ -19,6 +19,7 @@
 #define LCT__BATCH_GROUP 1024 /* segments of a device batch per launch group (one wait each) */
 #define LCT__BATCH_CODEBOOKS 2048 /* device codebooks kept for batches, direct-mapped by codebook id */
 #define LCT__BATCH_ENCODE_WORK (8u << 20) /* encode workspace of a group: a few bytes per chunk */
+#define LCT__BATCH_HISTS 256 /* tensors whose histograms one wait of a batch collects */
 #define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
 
 /* What one threadpool worker uses, created at open so that nothing on the
@@ -48,6 +49,8 @@ typedef struct lct__cuda_batch {
   void *crc_work;    /* device */
   size_t crc_work_bytes;
   uint64_t *pinned;  /* pinned host, per group slot: blob bytes, code bits, CRC, decode status */
+  uint64_t *hist;    /* device: LCT__BATCH_HISTS histograms of LCT__CUDA_SYMS counters */
+  uint64_t *hist_pinned; /* pinned host: their copy */
   lct_cuda_codebook *dcb[LCT__BATCH_CODEBOOKS];
   uint64_t dcb_id[LCT__BATCH_CODEBOOKS];    /* the codebook id each holds; 0: none yet */
   uint64_t dcb_group[LCT__BATCH_CODEBOOKS]; /* the last group that used each */
@@ -57,11 +60,12 @@ typedef struct lct__cuda_batch {
   lct_cuda_crc_item crc[LCT__BATCH_GROUP];
 } lct__cuda_batch;
 
-/* A free range of the region, in a list sorted by offset. */
-typedef struct lct__cuda_free {
+/* A free range of the region. The free ranges live in one array sorted by
+ * offset: coalescing finds neighbours by binary search, and first fit scans
+ * contiguous memory (a training step frees and allocates thousands of blobs). */
+typedef struct lct__cuda_range {
   uint64_t off, len;
-  struct lct__cuda_free *next;
-} lct__cuda_free;
+} lct__cuda_range;
 
 /* A client's GPU allocation opened from its IPC handle. */
 typedef struct lct__ipc_map {
@@ -84,7 +88,8 @@ typedef struct lct__cuda {
   uint8_t *base;      /* the region: cudaMalloc'd once */
   uint64_t capacity;
   uint64_t segment_max;
-  lct__cuda_free *free_list;
+  lct__cuda_range *free_r; /* sorted by offset, disjoint, never adjacent */
+  size_t n_free, cap_free;
   lct__cuda_batch *batch;
   int n_workers;
   atomic_int next_worker;
@@ -115,51 +120,57 @@ static uint64_t lct__round_up(uint64_t v) {
   return (v + LCT__CUDA_ALIGN - 1) / LCT__CUDA_ALIGN * LCT__CUDA_ALIGN;
 }
 
-/* Returns [off, off + len) to the free list, merging with its neighbours. */
+/* Returns [off, off + len) to the free ranges, merging with its neighbours. */
 static int lct__cuda_give(lct__cuda *g, uint64_t off, uint64_t len) {
-  lct__cuda_free **p = &g->free_list, *prev = NULL;
-  while (*p != NULL && (*p)->off < off) {
-    prev = *p;
-    p = &(*p)->next;
+  size_t lo = 0, hi = g->n_free; /* the first range after off */
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (g->free_r[mid].off < off)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  lct__cuda_free *next = *p;
-  if (prev != NULL && prev->off + prev->len == off) {
-    prev->len += len;
-    if (next != NULL && prev->off + prev->len == next->off) {
-      prev->len += next->len;
-      prev->next = next->next;
-      free(next);
+  lct__cuda_range *r = g->free_r;
+  int join_prev = lo > 0 && r[lo - 1].off + r[lo - 1].len == off;
+  int join_next = lo < g->n_free && off + len == r[lo].off;
+  if (join_prev && join_next) {
+    r[lo - 1].len += len + r[lo].len;
+    memmove(&r[lo], &r[lo + 1], (g->n_free - lo - 1) * sizeof *r);
+    g->n_free--;
+  } else if (join_prev) {
+    r[lo - 1].len += len;
+  } else if (join_next) {
+    r[lo].off = off;
+    r[lo].len += len;
+  } else {
+    if (g->n_free == g->cap_free) {
+      size_t cap = g->cap_free ? 2 * g->cap_free : 256;
+      lct__cuda_range *grown = realloc(g->free_r, cap * sizeof *grown);
+      if (grown == NULL)
+        return LCT_ENOMEM;
+      g->free_r = r = grown;
+      g->cap_free = cap;
     }
-    return 0;
+    memmove(&r[lo + 1], &r[lo], (g->n_free - lo) * sizeof *r);
+    r[lo] = (lct__cuda_range){off, len};
+    g->n_free++;
   }
-  if (next != NULL && off + len == next->off) {
-    next->off = off;
-    next->len += len;
-    return 0;
-  }
-  lct__cuda_free *f = malloc(sizeof *f);
-  if (f == NULL)
-    return LCT_ENOMEM;
-  f->off = off;
-  f->len = len;
-  f->next = next;
-  *p = f;
   return 0;
 }
 
 static int lct__cuda_alloc(void *ctx, size_t bytes, void **out) {
   lct__cuda *g = ctx;
   uint64_t len = lct__round_up(bytes ? bytes : 1);
-  for (lct__cuda_free **p = &g->free_list; *p != NULL; p = &(*p)->next) {
-    lct__cuda_free *f = *p;
+  for (size_t i = 0; i < g->n_free; i++) {
+    lct__cuda_range *f = &g->free_r[i];
     if (f->len < len)
       continue;
     *out = g->base + f->off;
     f->off += len;
     f->len -= len;
     if (f->len == 0) {
-      *p = f->next;
-      free(f);
+      memmove(f, f + 1, (g->n_free - i - 1) * sizeof *f);
+      g->n_free--;
     }
     return 0;
   }
@@ -444,6 +455,53 @@ static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
   return rc;
 }
 
+/* Histograms of segs[0..k), whose hist pointers take at most
+ * LCT__BATCH_HISTS distinct runs: one slot each, one copy back, one wait. */
+static int lct__batch_hist_group(lct__cuda_batch *b, const lct__batch_seg *segs, size_t k, size_t slots) {
+  const size_t bytes = slots * LCT__CUDA_SYMS * sizeof(uint64_t);
+  LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, bytes, b->stream));
+  size_t slot = 0;
+  for (size_t i = 0; i < k; i++) {
+    slot += i > 0 && segs[i].hist != segs[i - 1].hist;
+    int rc = segs[i].n ? lct_cuda_histogram(segs[i].dtype, segs[i].src, segs[i].n, b->hist + slot * LCT__CUDA_SYMS,
+                                            b->stream)
+                       : 0;
+    if (rc != 0)
+      return rc;
+  }
+  LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
+  LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
+  slot = 0;
+  for (size_t i = 0; i < k; i++) {
+    if (i > 0 && segs[i].hist == segs[i - 1].hist)
+      continue;
+    slot += i > 0;
+    size_t len = (size_t)1 << lct_dtype_symbol_bits(segs[i].dtype);
+    for (size_t j = 0; j < len; j++)
+      segs[i].hist[j] += b->hist_pinned[slot * LCT__CUDA_SYMS + j];
+  }
+  return 0;
+}
+
+static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  lct__cuda *g = ctx;
+  lct__cuda_batch *b = g->batch;
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  pthread_mutex_lock(&b->lock);
+  int rc = 0;
+  for (size_t done = 0; done < n && rc == 0;) {
+    size_t k = 1, slots = 1;
+    while (done + k < n && (segs[done + k].hist == segs[done + k - 1].hist || slots < LCT__BATCH_HISTS)) {
+      slots += segs[done + k].hist != segs[done + k - 1].hist;
+      k++;
+    }
+    rc = lct__batch_hist_group(b, segs + done, k, slots);
+    done += k;
+  }
+  pthread_mutex_unlock(&b->lock);
+  return rc;
+}
+
 static void lct__batch_close(lct__cuda_batch *b) {
   if (b == NULL)
     return;
@@ -451,6 +509,8 @@ static void lct__batch_close(lct__cuda_batch *b) {
     lct_cuda_codebook_destroy(b->dcb[i]);
   cudaFree(b->work);
   cudaFree(b->crc_work);
+  cudaFree(b->hist);
+  cudaFreeHost(b->hist_pinned);
   cudaFreeHost(b->pinned);
   if (b->stream != NULL)
     cudaStreamDestroy(b->stream);
@@ -471,6 +531,8 @@ static int lct__batch_open(lct__cuda_batch **out) {
   LCT__CUDA_TRY(cudaMalloc(&b->work, b->work_bytes));
   LCT__CUDA_TRY(cudaMalloc(&b->crc_work, b->crc_work_bytes));
   LCT__CUDA_TRY(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
+  LCT__CUDA_TRY(cudaMalloc((void **)&b->hist, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
+  LCT__CUDA_TRY(cudaMallocHost((void **)&b->hist_pinned, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
   return 0;
 }
 
@@ -563,10 +625,7 @@ static void lct__cuda_destroy(void *ctx) {
   }
   lct__batch_close(g->batch);
   cudaFree(g->base);
-  for (lct__cuda_free *f = g->free_list, *next; f != NULL; f = next) {
-    next = f->next;
-    free(f);
-  }
+  free(g->free_r);
   free(g);
 }
 
@@ -588,7 +647,7 @@ static const lct__backend_ops lct__cuda_ops = {
     "cuda", lct__cuda_alloc, lct__cuda_shrink, lct__cuda_release,
     lct__cuda_encode, lct__cuda_decode, lct__cuda_destroy, lct__cuda_read, lct__cuda_write,
     lct__cuda_ipc_map, lct__cuda_ipc_unmap, lct__cuda_encode_device, lct__cuda_scan_device,
-    lct__cuda_decode_device, lct__cuda_encode_batch, lct__cuda_decode_batch,
+    lct__cuda_decode_device, lct__cuda_encode_batch, lct__cuda_decode_batch, lct__cuda_hist_batch,
 };
 
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {

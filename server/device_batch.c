@@ -87,28 +87,18 @@ static void lct__batch_run(uv_work_t *w) {
     job->rc = be->ops->decode_batch(be->ctx, job->segs, job->n_segs);
     return;
   }
-  if (job->round == LCT__BATCH_HIST) {
-    for (size_t i = 0; i < job->n_items && job->rc == 0; i++) {
-      if (!job->redo[i])
-        continue;
-      uint64_t *h = job->hists + i * job->hist_len;
-      for (size_t s = job->first[i]; s < job->first[i + 1] && job->rc == 0; s++)
-        job->rc = be->ops->scan_device(be->ctx, job->segs[s].dtype, job->segs[s].src, job->segs[s].n, NULL, h);
-    }
-    return;
-  }
   if (job->redo == NULL) {
     job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs);
     return;
   }
-  /* A re-encode of some items: gather their segments, encode, scatter back. */
+  /* Histograms, or a re-encode, of some items: gather their segments, run, scatter back. */
   lct__batch_seg *picked = malloc(job->n_segs * sizeof *picked);
   if (picked == NULL) {
     job->rc = LCT_ENOMEM;
     return;
   }
   size_t k = lct__batch_pick(job, picked);
-  job->rc = be->ops->encode_batch(be->ctx, picked, k);
+  job->rc = (job->round == LCT__BATCH_HIST ? be->ops->hist_batch : be->ops->encode_batch)(be->ctx, picked, k);
   k = 0;
   for (size_t i = 0; i < job->n_items; i++)
     if (job->redo[i])
@@ -119,6 +109,9 @@ static void lct__batch_run(uv_work_t *w) {
 
 static void lct__batch_queue(lct__batch_job *job, int round) {
   job->round = round;
+  for (size_t i = 0; round == LCT__BATCH_HIST && i < job->n_items; i++)
+    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+      job->segs[s].hist = job->hists + i * job->hist_len;
   job->work.data = job;
   int rc = uv_queue_work(job->srv->loop, &job->work, lct__batch_run, lct__batch_done);
   assert(rc == 0 && "uv_queue_work with a valid loop and callback");

@@ -13,11 +13,13 @@ import argparse
 import glob
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, set before CUDA starts
 import torch  # noqa: E402
@@ -101,10 +103,13 @@ def batches(n, batch, block):
         yield (torch.stack([data[i:i + block] for i in ix]), torch.stack([data[i + 1:i + block + 1] for i in ix]))
 
 
-def train(model, opt, n, batch, block):
-    """Losses, step times and optimizer-step times (the part the offload changes)."""
+def train(model, opt, n, batch, block, after_first=None):
+    """Losses, step times and optimizer-step times (the part the offload changes);
+    after_first, if given, is called after the first step (which builds every codebook)."""
     losses, times, opt_times = [], [], []
     for x, y in batches(n, batch, block):
+        if len(losses) == 1 and after_first is not None:
+            after_first()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -127,10 +132,50 @@ def free_port():
         return s.getsockname()[1]
 
 
-port = free_port()
+def server_seconds(metrics_port):
+    """lctd's time in device batch requests, receipt to reply: {op: (count, seconds)}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    out = {}
+    for op in ("get_device_many", "put_device_many"):
+        count = re.search(rf'^lct_request_duration_seconds_count{{op="{op}"}} (\S+)', text, re.M)
+        total = re.search(rf'^lct_request_duration_seconds_sum{{op="{op}"}} (\S+)', text, re.M)
+        out[op] = (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
+    return out
+
+
+class Timed:
+    """Wraps a client's get_many and put_many to add up the time the trainer waits in them."""
+
+    def __init__(self, client):
+        self.client = client
+        self.reset()
+        for name in self.seconds:
+            setattr(self, name, self._timed(name))
+
+    def reset(self):
+        self.seconds, self.calls = {"get_many": 0.0, "put_many": 0.0}, {"get_many": 0, "put_many": 0}
+
+    def _timed(self, name):
+        fn = getattr(self.client, name)
+
+        def call(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.seconds[name] += time.perf_counter() - t0
+                self.calls[name] += 1
+        return call
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+port, metrics_port = free_port(), free_port()
 ipc = f"ipc:///tmp/lct-train-{os.getpid()}.sock"
 lctd = subprocess.Popen([a.lctd, "--backend", "cuda", "--memory", "6G", "--listen", ipc,
-                         "--listen", f"tcp://127.0.0.1:{port}"], stderr=open(os.path.join(a.out, "lctd.log"), "w"))
+                         "--listen", f"tcp://127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics_port}"],
+                        stderr=open(os.path.join(a.out, "lctd.log"), "w"))
 try:
     for _ in range(100):
         try:
@@ -143,8 +188,15 @@ try:
     for mode in ("torch", "ipc", "tcp"):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        model, opt = make(mode, a.block, clients.get(mode))
-        losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block)
+        timed = Timed(clients[mode]) if mode in clients else None
+        before = {}
+
+        def after_first():
+            if timed is not None:
+                timed.reset()
+                before.update(server_seconds(metrics_port))
+        model, opt = make(mode, a.block, timed)
+        losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
         r = {"losses": losses, "step_ms": 1e3 * statistics.median(times[1:]),
              "optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
              "trainer_peak_bytes": torch.cuda.max_memory_allocated(),
@@ -157,6 +209,12 @@ try:
                 k[1] += t.stored_bytes
             r["states"] = {k: {"raw_bytes": v[0], "stored_bytes": v[1], "ratio": v[0] / v[1]} for k, v in kinds.items()}
             r["lctd_stats"] = clients[mode].stats()
+            after = server_seconds(metrics_port)
+            # Per step, over the steps after the first (which builds every codebook).
+            n = a.steps - 1
+            r["client_ms_per_step"] = {k: 1e3 * v / n for k, v in timed.seconds.items()}
+            r["requests_per_step"] = {k: v / n for k, v in timed.calls.items()}
+            r["lctd_ms_per_step"] = {op: 1e3 * (after[op][1] - before[op][1]) / n for op in after}
         results[mode] = r
         del model, opt
         print(f"{mode}: losses {losses} step {r['step_ms']:.1f} ms peak {r['trainer_peak_bytes'] / 2**30:.2f} GiB",
@@ -206,6 +264,14 @@ print(f"{'losses bitwise equal':28} {'-':>12} {str(i['losses_bitwise_equal']):>1
 print(f"{'step ms (median)':28} " + " ".join(f"{results[m]['step_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
 print(f"{'  of which optimizer step':28} " +
       " ".join(f"{results[m]['optimizer_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
+for k in ("get_many", "put_many"):
+    print(f"{'  in ' + k:28} {'-':>12} " +
+          " ".join(f"{results[m]['client_ms_per_step'][k]:12.1f}" for m in ("ipc", "tcp")))
+    op = k.replace("_many", "_device_many")
+    print(f"{'    of which lctd':28} {'-':>12} " +
+          " ".join(f"{results[m]['lctd_ms_per_step'][op]:12.1f}" for m in ("ipc", "tcp")))
+print(f"{'requests per step':28} {'-':>12} " +
+      " ".join(f"{sum(results[m]['requests_per_step'].values()):12.1f}" for m in ("ipc", "tcp")))
 print(f"{'step time overhead':28} {'-':>12} " +
       " ".join(f"{100 * (results[m]['step_ms'] / t['step_ms'] - 1):11.1f}%" for m in ("ipc", "tcp")))
 print(f"{'trainer peak GiB':28} " +

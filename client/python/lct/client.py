@@ -456,8 +456,16 @@ class Client:
         global _device_path
         infos = [None] * len(items)
         batch = []  # (index, key bytes, _Host, shape array) of CUDA tensors
+        torch = sys.modules.get("torch")
         for i, (key, value) in enumerate(items):
-            host = _host(value, writable=not put) if _device_path else None
+            if (_device_path and torch is not None and isinstance(value, torch.Tensor) and value.is_cuda
+                    and value.is_contiguous() and value.numel() > 0):
+                # The common case (an optimizer's scratch slots), without _host's staging machinery.
+                host = _Host(value.data_ptr(), value.numel() * value.element_size(), value.shape,
+                             value.element_size(), _TORCH_DTYPES.get(str(value.dtype)),
+                             f"torch {str(value.dtype)[6:]} tensor", value, device=True)
+            else:
+                host = _host(value, writable=not put) if _device_path else None
             if host is None or not host.device or host.nbytes == 0:
                 infos[i] = self.put(key, value) if put else self.get(key, out=value)
                 continue
@@ -470,8 +478,10 @@ class Client:
         arr = (_native.DeviceTensor * len(batch))()
         cinfo = (_native.TensorInfo * len(batch))()
         for j, (_, k, host, dims) in enumerate(batch):
-            arr[j] = _native.DeviceTensor(k, _dtype_code(host.natural) if put else 0, dims, len(host.shape),
-                                          host.ptr, host.nbytes, ctypes.pointer(cinfo[j]))
+            d = arr[j]
+            d.key, d.shape, d.ndim, d.dptr, d.bytes = k, dims, len(host.shape), host.ptr, host.nbytes
+            d.dtype = _dtype_code(host.natural) if put else 0
+            d.info = ctypes.pointer(cinfo[j])
         failed = ctypes.c_size_t()
         try:
             self._call(lib.lct_put_device_many if put else lib.lct_get_device_many, arr, len(batch),
@@ -497,7 +507,8 @@ class Client:
                     raise _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds {_dtype_name(c.dtype)}; "
                                  f"out has {host.itemsize}-byte elements")
                 host.finish()
-            infos[i] = _tensor_info(_key_str(k), c)
+            else:
+                infos[i] = _tensor_info(_key_str(k), c)
         return infos
 
     def delete(self, key):

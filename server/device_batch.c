@@ -12,6 +12,12 @@
 /* What a round of a batch does on a worker thread. */
 enum { LCT__BATCH_HIST, LCT__BATCH_ENCODE, LCT__BATCH_DECODE };
 
+/* Why a put item takes a histogram: a first put has no codebook and needs one
+ * before it encodes (the HIST round); an item whose previous version drifted
+ * from its codebook encodes with it once more, and its histogram, taken in the
+ * same round, builds the codebook its next put uses. */
+enum { LCT__HIST_NONE, LCT__HIST_FIRST, LCT__HIST_REBUILD };
+
 typedef struct lct__batch_job {
   uv_work_t work;
   lct__server *srv;
@@ -21,11 +27,10 @@ typedef struct lct__batch_job {
   size_t n_segs;
   size_t *first;          /* per item: its first segment; first[n_items] == n_segs */
   lct__entry **built;     /* put: the entries being encoded, installed at the end */
-  uint8_t *redo;          /* put: per item, whether the current round includes it */
-  uint64_t *hists;        /* put, HIST round: 2^s counters per item */
+  uint8_t *hist_of;       /* put: per item, LCT__HIST_* (which round takes its histogram) */
+  uint64_t *hists;        /* put: 2^s counters per item, when any item takes a histogram */
   size_t hist_len;
   int round;
-  int rebuilding;         /* the HIST round is for drifted codebooks */
   int rc;                 /* worker: argument or CUDA error of the round */
   lct__batch_cb cb;
   void *arg;
@@ -38,7 +43,7 @@ static void lct__batch_free(lct__batch_job *job) {
       if (job->built[i] != NULL)
         lct__entry_unref(job->built[i]);
   free(job->built);
-  free(job->redo);
+  free(job->hist_of);
   free(job->hists);
   free(job->segs);
   free(job->first);
@@ -68,50 +73,53 @@ static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, 
 
 static void lct__batch_done(uv_work_t *w, int status);
 
-/* Segments of the items marked in redo (all when redo is NULL), packed at
- * the front of scratch for the backend; results copied back after. */
-static size_t lct__batch_pick(lct__batch_job *job, lct__batch_seg *picked) {
+/* Runs op on the segments of the items whose hist_of is why: gathered into
+ * one array for the backend, their results scattered back. */
+static int lct__batch_some(lct__batch_job *job, int (*op)(void *, lct__batch_seg *, size_t), int why) {
+  const lct__backend *be = lct__pool_backend(job->srv->pool);
   size_t k = 0;
   for (size_t i = 0; i < job->n_items; i++)
-    if (job->redo == NULL || job->redo[i])
+    if (job->hist_of[i] == why)
+      k += job->first[i + 1] - job->first[i];
+  if (k == 0)
+    return 0;
+  lct__batch_seg *picked = malloc(k * sizeof *picked);
+  if (picked == NULL)
+    return LCT_ENOMEM;
+  k = 0;
+  for (size_t i = 0; i < job->n_items; i++)
+    if (job->hist_of[i] == why)
       for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
         picked[k++] = job->segs[s];
-  return k;
+  int rc = op(be->ctx, picked, k);
+  k = 0;
+  for (size_t i = 0; i < job->n_items; i++)
+    if (job->hist_of[i] == why)
+      for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+        job->segs[s] = picked[k++];
+  free(picked);
+  return rc;
 }
 
 static void lct__batch_run(uv_work_t *w) {
   lct__batch_job *job = w->data;
   const lct__backend *be = lct__pool_backend(job->srv->pool);
-  job->rc = 0;
-  if (job->round == LCT__BATCH_DECODE) {
+  switch (job->round) {
+  case LCT__BATCH_DECODE:
     job->rc = be->ops->decode_batch(be->ctx, job->segs, job->n_segs);
     return;
-  }
-  if (job->redo == NULL) {
-    job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs);
+  case LCT__BATCH_HIST:
+    job->rc = lct__batch_some(job, be->ops->hist_batch, LCT__HIST_FIRST);
     return;
+  default:
+    job->rc = lct__batch_some(job, be->ops->hist_batch, LCT__HIST_REBUILD);
+    if (job->rc == 0)
+      job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs);
   }
-  /* Histograms, or a re-encode, of some items: gather their segments, run, scatter back. */
-  lct__batch_seg *picked = malloc(job->n_segs * sizeof *picked);
-  if (picked == NULL) {
-    job->rc = LCT_ENOMEM;
-    return;
-  }
-  size_t k = lct__batch_pick(job, picked);
-  job->rc = (job->round == LCT__BATCH_HIST ? be->ops->hist_batch : be->ops->encode_batch)(be->ctx, picked, k);
-  k = 0;
-  for (size_t i = 0; i < job->n_items; i++)
-    if (job->redo[i])
-      for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
-        job->segs[s] = picked[k++];
-  free(picked);
 }
 
 static void lct__batch_queue(lct__batch_job *job, int round) {
   job->round = round;
-  for (size_t i = 0; round == LCT__BATCH_HIST && i < job->n_items; i++)
-    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
-      job->segs[s].hist = job->hists + i * job->hist_len;
   job->work.data = job;
   int rc = uv_queue_work(job->srv->loop, &job->work, lct__batch_run, lct__batch_done);
   assert(rc == 0 && "uv_queue_work with a valid loop and callback");
@@ -165,23 +173,29 @@ static void lct__batch_install(lct__batch_job *job) {
   srv->stats.device_puts += job->n_items;
 }
 
-/* After an encode round: items whose reused codebook drifted get a
- * histogram, a new codebook and a re-encode; the others are done. */
-static int lct__batch_drifted(lct__batch_job *job) {
-  if (job->rebuilding)
-    return 0; /* a rebuilt codebook fits its data by construction */
-  int any = 0;
+/* After the encode: an item whose codes took more than LCT__DRIFT above what
+ * its codebook expects marks its new version's codebook stale, and one that
+ * took a histogram gets a codebook built from it, for its key's next put. */
+static int lct__batch_codebooks_next(lct__batch_job *job, size_t *failed) {
   for (size_t i = 0; i < job->n_items; i++) {
-    const lct__entry *e = job->built[i];
+    lct__entry *e = job->built[i];
+    if (!e->has_codebook || e->n_elems == 0)
+      continue;
     uint64_t bits = 0;
     for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
       bits += job->segs[s].code_bits;
-    int drift = job->redo[i] == 0 && e->has_codebook && e->n_elems > 0 &&
-                (double)bits > e->codebook.expected_bits_per_elem * (double)e->n_elems * (1.0 + LCT__DRIFT);
-    job->redo[i] = (uint8_t)drift;
-    any |= drift;
+    e->codebook_stale =
+        (double)bits > e->codebook.expected_bits_per_elem * (double)e->n_elems * (1.0 + LCT__DRIFT);
+    if (job->hist_of[i] == LCT__HIST_REBUILD) {
+      int rc = lct__codebook_set(job->srv, e, job->hists + i * job->hist_len, 1);
+      if (rc != 0) {
+        *failed = i;
+        return rc;
+      }
+      e->codebook_stale = 0;
+    }
   }
-  return any;
+  return 0;
 }
 
 static void lct__batch_done(uv_work_t *w, int status) {
@@ -208,35 +222,20 @@ static void lct__batch_done(uv_work_t *w, int status) {
     return;
   case LCT__BATCH_HIST:
     for (size_t i = 0; i < job->n_items; i++) {
-      if (!job->redo[i])
+      if (job->hist_of[i] != LCT__HIST_FIRST)
         continue;
-      if ((rc = lct__codebook_set(srv, job->built[i], job->hists + i * job->hist_len, job->rebuilding)) != 0) {
+      if ((rc = lct__codebook_set(srv, job->built[i], job->hists + i * job->hist_len, 0)) != 0) {
         lct__batch_end(job, rc, i, "codebook build failed");
         return;
       }
       lct__batch_codebook(job, i);
-    }
-    free(job->hists);
-    job->hists = NULL;
-    if (!job->rebuilding) { /* first puts: every item is encoded next */
-      free(job->redo);
-      job->redo = NULL;
+      job->hist_of[i] = LCT__HIST_NONE;
     }
     lct__batch_queue(job, LCT__BATCH_ENCODE);
     return;
   case LCT__BATCH_ENCODE:
-    if (job->redo == NULL && (job->redo = calloc(job->n_items, 1)) == NULL) {
-      lct__batch_end(job, LCT_ENOMEM, job->n_items, "out of memory");
-      return;
-    }
-    if (lct__batch_drifted(job)) {
-      job->rebuilding = 1;
-      job->hists = calloc(job->n_items * job->hist_len, sizeof *job->hists);
-      if (job->hists == NULL) {
-        lct__batch_end(job, LCT_ENOMEM, job->n_items, "out of memory for histograms");
-        return;
-      }
-      lct__batch_queue(job, LCT__BATCH_HIST);
+    if ((rc = lct__batch_codebooks_next(job, &failed)) != 0) {
+      lct__batch_end(job, rc, failed, "codebook build failed");
       return;
     }
     lct__batch_install(job);
@@ -251,13 +250,13 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
   size_t n_segs = 0;
   lct__batch_job *job = lct__batch_new(srv, items, n, 0, cb, arg);
   if (job == NULL || (job->built = calloc(n, sizeof *job->built)) == NULL ||
-      (job->redo = calloc(n, 1)) == NULL) {
+      (job->hist_of = calloc(n, 1)) == NULL) {
     if (job != NULL)
       lct__batch_free(job);
     return LCT_ENOMEM;
   }
   /* One segment per segment_size: the GPU spreads each over its SMs. */
-  int rc = 0, need_hist = 0;
+  int rc = 0, first_puts = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
     if ((rc = lct__entry_reserve(srv, items[i].key, items[i].key_len, &items[i].decl, srv->cfg.segment_size,
                                  &job->built[i])) != 0) {
@@ -265,13 +264,22 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
       break;
     }
     n_segs += job->built[i]->n_segments;
-    if (lct_dtype_symbol_bits(items[i].decl.dtype) != 0 && !lct__codebook_inherit(srv, job->built[i]))
-      need_hist = job->redo[i] = 1;
+    if (lct_dtype_symbol_bits(items[i].decl.dtype) == 0)
+      continue;
+    int got = lct__codebook_inherit(srv, job->built[i]);
+    job->hist_of[i] = got == 0 ? LCT__HIST_FIRST : got == 2 ? LCT__HIST_REBUILD : LCT__HIST_NONE;
+    first_puts |= got == 0;
+    size_t len = (size_t)1 << lct_dtype_symbol_bits(items[i].decl.dtype);
+    if (got != 1 && len > job->hist_len) /* room for the widest alphabet */
+      job->hist_len = len;
   }
   lct__batch_seg *segs = rc == 0 ? calloc(n_segs, sizeof *segs) : NULL;
   if (rc == 0 && segs == NULL)
     rc = LCT_ENOMEM;
+  if (rc == 0 && job->hist_len > 0 && (job->hists = calloc(n * job->hist_len, sizeof *job->hists)) == NULL)
+    rc = LCT_ENOMEM;
   if (rc != 0) {
+    free(segs);
     lct__batch_free(job);
     return rc;
   }
@@ -291,26 +299,13 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
       bs->src = items[i].device + sg->raw_offset;
       bs->dst = sg->blob;
       bs->cap = sg->alloc_bytes;
+      bs->hist = job->hist_of[i] != LCT__HIST_NONE ? job->hists + i * job->hist_len : NULL;
     }
   }
   job->first[n] = k;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++)
     lct__batch_codebook(job, i);
-    size_t len = (size_t)1 << lct_dtype_symbol_bits(items[i].decl.dtype);
-    if (len > job->hist_len) /* room for the widest alphabet, for first puts and rebuilds */
-      job->hist_len = len;
-  }
-  if (!need_hist) {
-    free(job->redo);
-    job->redo = NULL;
-    lct__batch_queue(job, LCT__BATCH_ENCODE);
-    return 0;
-  }
-  if ((job->hists = calloc(n * job->hist_len, sizeof *job->hists)) == NULL) {
-    lct__batch_free(job);
-    return LCT_ENOMEM;
-  }
-  lct__batch_queue(job, LCT__BATCH_HIST);
+  lct__batch_queue(job, first_puts ? LCT__BATCH_HIST : LCT__BATCH_ENCODE);
   return 0;
 }
 

@@ -25,7 +25,9 @@ typedef void (*lct__batch_cb)(void *arg, int rc, size_t failed, const char *why)
  * caller) and installs them all, or none: the stored versions are untouched
  * on failure. Pool memory for all is reserved up front: LCT_ENOSPC here
  * (*failed: the first item that did not fit; cb is not called). Codebooks are
- * reused, built on a key's first put, rebuilt on drift, as for PUT. */
+ * reused, and built on a key's first put, as for PUT; a put whose codes drift
+ * from its codebook is stored as coded, and the key's next batch put takes a
+ * histogram in the same GPU pass and rebuilds the codebook for the put after. */
 int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct__batch_cb cb, void *arg,
                          size_t *failed);
 

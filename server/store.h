@@ -41,6 +41,8 @@ typedef struct lct__entry {
   int has_codebook;
   lct_codebook codebook;    /* reused by the key's next put */
   uint64_t codebook_id;     /* names codebook server-wide: equal ids, equal codebooks (device codebook caches) */
+  int codebook_stale;       /* this version's codes drifted from codebook (a device batch put, which
+                               then stores rather than re-encodes): the next batch put rebuilds it */
   size_t n_segments;
   lct__segment *segments;
   int persisted;            /* persist_dir holds this version (the one mutable field) */

@@ -241,7 +241,7 @@ int lct__codebook_inherit(lct__server *srv, lct__entry *e) {
   e->codebook = prev->codebook;
   e->codebook_id = prev->codebook_id;
   e->has_codebook = 1;
-  return 1;
+  return prev->codebook_stale ? 2 : 1;
 }
 
 int lct__codebook_set(lct__server *srv, lct__entry *e, const uint64_t *hist, int rebuild) {

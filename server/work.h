@@ -31,7 +31,8 @@ int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, con
                        uint64_t seg_bytes, lct__entry **out);
 
 /* Gives e (not yet installed) the codebook of its key's stored version when
- * that has one of e's dtype; returns whether it did. */
+ * that has one of e's dtype: returns 0 if it has none, 1 if it did, 2 if it
+ * did and that codebook is stale (the stored version drifted from it). */
 int lct__codebook_inherit(lct__server *srv, lct__entry *e);
 /* Builds e's codebook from a symbol histogram of its data and gives it a new
  * codebook_id; counts a build, or a rebuild (drift). */

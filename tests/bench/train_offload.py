@@ -39,6 +39,8 @@ ap.add_argument("--heads", type=int, default=16)
 ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--block", type=int, default=512)
 ap.add_argument("--steps", type=int, default=8)
+ap.add_argument("--scratch-mib", type=int, default=1024,
+                help="OffloadedAdamW scratch: taken from memory the backward pass freed, during step() only")
 ap.add_argument("--cap-gib", type=float, default=8.0, help="per-process memory cap of the context search")
 ap.add_argument("--contexts", default="1024,1280,1536,1664,1792,1920,2048,2176,2304,2560,3072")
 a = ap.parse_args()
@@ -92,7 +94,7 @@ def make(mode, block, client=None):
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WD, foreach=False, fused=False)
     else:
         opt = lct.optim.OffloadedAdamW(model.parameters(), client, lr=LR, betas=BETAS, weight_decay=WD,
-                                       key_prefix=f"{mode}/{block}/")
+                                       key_prefix=f"{mode}/{block}/", scratch_bytes=a.scratch_mib << 20)
     return model, opt
 
 

@@ -67,8 +67,9 @@ typedef struct lct_cuda_encode_item {
   void *dst;                          /* device, 8-byte aligned, cap bytes; receives the blob (proto/FORMAT.md) */
   size_t cap;                         /* bytes at dst, >= lct_encode_bound(dtype, n_elems) */
   uint64_t *blob_bytes;               /* device or pinned: receives the blob's size in bytes, 8-byte aligned */
-  uint64_t *code_bits;                /* device or pinned, 8-byte aligned, or NULL: the kernel adds the item's code
-                                         bits as lct_encode_stats.code_bits counts them (the caller zeroes it) */
+  uint64_t *code_bits;                /* device (or pinned: slow, an atomic per chunk crosses the bus), 8-byte
+                                         aligned, or NULL: the kernel adds the item's code bits as
+                                         lct_encode_stats.code_bits counts them (the caller zeroes it) */
 } lct_cuda_encode_item;
 
 /* Workspace bytes for encoding these items in one call (a few bytes per chunk). */

@@ -49,6 +49,8 @@ typedef struct lct__cuda_batch {
   void *crc_work;    /* device */
   size_t crc_work_bytes;
   uint64_t *pinned;  /* pinned host, per group slot: blob bytes, code bits, CRC, decode status */
+  uint64_t *bits;    /* device: per group slot, the code bits the encoder adds up (device atomics:
+                        to pinned memory each would cross the bus) */
   uint64_t *hist;    /* device: LCT__BATCH_HISTS histograms of LCT__CUDA_SYMS counters */
   uint64_t *hist_pinned; /* pinned host: their copy */
   lct_cuda_codebook *dcb[LCT__BATCH_CODEBOOKS];
@@ -227,11 +229,14 @@ static int lct__cuda_encode_raw(lct__cuda_worker *w, int dtype, const lct_codebo
   if (crc != NULL && (rc = lct_cuda_crc32c(raw, bytes, (uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD], w->crc_work,
                                            w->crc_work_bytes, w->stream)) != 0)
     return rc;
-  w->pinned[LCT__CUDA_BITS_WORD] = 0;
-  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, raw, n, dst, cap, &w->pinned[0],
-                               &w->pinned[LCT__CUDA_BITS_WORD]};
+  /* The code bits add up in device memory (w->hist is free here): device
+   * atomics, not one bus crossing each. */
+  LCT__CUDA_TRY(cudaMemsetAsync(w->hist, 0, sizeof *w->hist, w->stream));
+  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, raw, n, dst, cap, &w->pinned[0], w->hist};
   if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
+  LCT__CUDA_TRY(cudaMemcpyAsync(&w->pinned[LCT__CUDA_BITS_WORD], w->hist, sizeof *w->hist, cudaMemcpyDeviceToHost,
+                                w->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
   memset(stats, 0, sizeof *stats);
   stats->blob_bytes = w->pinned[0];
@@ -371,9 +376,8 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
   uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
   uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
   for (size_t i = 0; i < k; i++) {
-    bits[i] = 0;
     b->enc[i].blob_bytes = &blob[i];
-    b->enc[i].code_bits = &bits[i];
+    b->enc[i].code_bits = &b->bits[i];
     if (segs[i].want_crc)
       b->crc[n_crc++] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
   }
@@ -384,8 +388,10 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
   if (n_crc > 0 &&
       (rc = lct_cuda_crc32c_batch(b->crc, n_crc, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
+  LCT__CUDA_TRY(cudaMemsetAsync(b->bits, 0, k * sizeof *b->bits, b->stream));
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
     return rc;
+  LCT__CUDA_TRY(cudaMemcpyAsync(bits, b->bits, k * sizeof *bits, cudaMemcpyDeviceToHost, b->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
   for (size_t i = 0; i < k; i++) {
     segs[i].blob_bytes = blob[i];
@@ -509,6 +515,7 @@ static void lct__batch_close(lct__cuda_batch *b) {
     lct_cuda_codebook_destroy(b->dcb[i]);
   cudaFree(b->work);
   cudaFree(b->crc_work);
+  cudaFree(b->bits);
   cudaFree(b->hist);
   cudaFreeHost(b->hist_pinned);
   cudaFreeHost(b->pinned);
@@ -531,6 +538,7 @@ static int lct__batch_open(lct__cuda_batch **out) {
   LCT__CUDA_TRY(cudaMalloc(&b->work, b->work_bytes));
   LCT__CUDA_TRY(cudaMalloc(&b->crc_work, b->crc_work_bytes));
   LCT__CUDA_TRY(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
+  LCT__CUDA_TRY(cudaMalloc((void **)&b->bits, LCT__BATCH_GROUP * sizeof(uint64_t)));
   LCT__CUDA_TRY(cudaMalloc((void **)&b->hist, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
   LCT__CUDA_TRY(cudaMallocHost((void **)&b->hist_pinned, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
   return 0;

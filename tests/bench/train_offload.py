@@ -41,6 +41,7 @@ ap.add_argument("--block", type=int, default=512)
 ap.add_argument("--steps", type=int, default=8)
 ap.add_argument("--scratch-mib", type=int, default=1024,
                 help="OffloadedAdamW scratch: taken from memory the backward pass freed, during step() only")
+ap.add_argument("--lctd-arg", action="append", default=[], help="extra lctd argument (repeatable)")
 ap.add_argument("--cap-gib", type=float, default=8.0, help="per-process memory cap of the context search")
 ap.add_argument("--contexts", default="1024,1280,1536,1664,1792,1920,2048,2176,2304,2560,3072")
 a = ap.parse_args()
@@ -176,7 +177,7 @@ class Timed:
 port, metrics_port = free_port(), free_port()
 ipc = f"ipc:///tmp/lct-train-{os.getpid()}.sock"
 lctd = subprocess.Popen([a.lctd, "--backend", "cuda", "--memory", "6G", "--listen", ipc,
-                         "--listen", f"tcp://127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics_port}"],
+                         "--listen", f"tcp://127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics_port}"] + a.lctd_arg,
                         stderr=open(os.path.join(a.out, "lctd.log"), "w"))
 try:
     for _ in range(100):

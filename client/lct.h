@@ -149,7 +149,7 @@ typedef struct lct_server_stats {
   uint64_t staging_bytes, pending_puts, puts_expired;
   uint64_t codebook_builds, codebook_rebuilds;
   uint64_t requests, errors, bytes_in, bytes_out;
-  uint64_t device_puts, device_gets; /* served device to device (lct_put_device, lct_get_device) */
+  uint64_t device_puts, device_gets; /* tensors served device to device (lct_put_device, lct_get_device, the _many items) */
   uint64_t device_fallbacks;         /* device calls the server sent to the host path (LCT_ENOIPC) */
 } lct_server_stats;
 

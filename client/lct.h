@@ -102,13 +102,16 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
 /* Many device tensors in few requests: what an optimizer moves every step.
  * Consecutive items whose buffers lie in one CUDA allocation (a scratch
  * buffer, say) travel in one request, up to LCT_DEVICE_ITEMS_MAX (1024) items,
- * which lctd codes in one pass of its GPU codec; such a request's puts are
- * installed all or none. Synchronization, fallback to the host path (item by
- * item) and errors are as for lct_put_device and lct_get_device; buffers must
- * be aligned to their element size. Keys within one call must be distinct.
- * On failure *failed (if not NULL) is the index of the item at fault (n when
- * none is) and lct_last_error() says why; the requests before it completed
- * (their puts are stored), the ones after it were not sent. */
+ * which lctd codes in one pass of its GPU codec; a request's puts are
+ * installed all or none. Where lctd cannot go device to device the items take
+ * the host path one by one (each put atomic by itself). Synchronization and
+ * errors are as for lct_put_device and lct_get_device; buffers must be
+ * aligned to their element size, and keys distinct within a call. On failure
+ * *failed (if not NULL) is the index of the item at fault, or of the first
+ * item of the request that failed as a whole, and lct_last_error() says why.
+ * Items of earlier requests are done (their puts stored); the failed
+ * request's puts are stored none, or on the host path those before *failed;
+ * later items were not sent. On success *failed is n. */
 typedef struct lct_device_tensor {
   const char *key;
   int dtype;               /* put: lct_dtype */

@@ -88,6 +88,7 @@ static int lct__fail(lct_client *c, int rc, const char *fmt, ...) {
 static int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen,
                      lct__reply *out) {
   memset(out, 0, sizeof *out);
+  c->failed_item = SIZE_MAX;
   rq->payload_bytes = plen;
   if (c->token_len > 0) {
     rq->has_auth_token = 1;
@@ -701,7 +702,7 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
 /* Items [from, to) of t that one request carries: they lie in the allocation
  * of t[from] (consecutive items in one allocation travel together), at most
  * LCT_DEVICE_ITEMS_MAX of them and within the header budget. */
-static int lct__many_group(lct_client *c, const lct_device_tensor *t, size_t from, size_t n, size_t *to,
+static int lct__many_group(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t n, size_t *to,
                            int *device) {
   CUdeviceptr start, s;
   unsigned long long id, other;
@@ -711,8 +712,9 @@ static int lct__many_group(lct_client *c, const lct_device_tensor *t, size_t fro
   size_t header = 0, i = from;
   for (; i < n && i - from < LCT_DEVICE_ITEMS_MAX; i++) {
     int dev;
-    header += strlen(t[i].key) + 64 + 10 * (size_t)(t[i].ndim > 0 ? t[i].ndim : 0);
-    if (header > LCT__MANY_HEADER_BUDGET)
+    int dims = put && t[i].ndim > 0 ? (t[i].ndim < LCT_MAX_DIMS ? t[i].ndim : LCT_MAX_DIMS) : 0;
+    header += strlen(t[i].key) + 64 + 10 * (size_t)dims;
+    if (header > LCT__MANY_HEADER_BUDGET && i > from)
       break;
     if (i > from && (lct__device_locate(c, t[i].dptr, t[i].bytes, &dev, &s, &other) != 0 || other != id))
       break; /* another allocation (or an error, reported by the group it starts) */
@@ -750,10 +752,12 @@ static int lct__many_host(lct_client *c, int put, int device, const lct_device_t
 }
 
 /* One PUT_DEVICE_MANY or GET_DEVICE_MANY for items [from, to) of one
- * allocation; *failed_item receives the server's index of the item at fault. */
+ * allocation; on failure *failed_item is the index (from `from`) of the item
+ * the server named, else 0: the request as a whole. */
 static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t to,
                           size_t *failed_item) {
   size_t k = to - from;
+  *failed_item = 0;
   uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (size_t i = from; i < to; i++) {
     uintptr_t p = (uintptr_t)t[i].dptr;
@@ -796,7 +800,7 @@ static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, si
     rq.items = ptrs;
     rc = lct__call(c, &rq, NULL, 0, &r);
     if (rc != 0) {
-      *failed_item = c->failed_item < k ? c->failed_item : k;
+      *failed_item = c->failed_item < k ? c->failed_item : 0;
     } else if (r.hdr->n_metas != k) {
       rc = lct__fail(c, LCT_EPROTO, "%zu metas in the reply to %zu items", r.hdr->n_metas, k);
       lct__reply_free(&r);
@@ -827,7 +831,7 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
     to = from + 1;
     if (t[from].bytes == 0) {
       rc = lct__many_host(c, put, -1, &t[from]); /* nothing to map */
-    } else if ((rc = lct__many_group(c, t, from, n, &to, &device)) == 0) {
+    } else if ((rc = lct__many_group(c, put, t, from, n, &to, &device)) == 0) {
       if (device != synced) { /* as lct_put_device: work queued on the buffers' GPU completes first */
         int prev;
         cudaError_t e = cudaGetDevice(&prev);
@@ -843,7 +847,7 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
         }
         synced = device;
       }
-      size_t item = to - from;
+      size_t item;
       rc = lct__many_call(c, put, t, from, to, &item);
       if (lct__fallback(rc)) { /* the host path, item by item */
         rc = 0;
@@ -854,7 +858,7 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
       if (rc != 0)
         at = from + item;
     }
-    if (rc != 0 && at == n)
+    if (rc != 0 && at == n) /* a failure of the group as a whole: its first item */
       at = from;
   }
   if (failed != NULL)

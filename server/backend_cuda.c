@@ -346,21 +346,27 @@ static int lct__cuda_decode_device(void *ctx, int dtype, uint64_t n, const void 
 
 /* ---- device batches ------------------------------------------------------------ */
 
+/* After a failed batch call: waits for what it queued, so that no kernel
+ * still reads or writes blobs and client buffers the caller releases next. */
+static void lct__batch_quiesce(lct__cuda_batch *b, int rc) {
+  if (rc != 0 && cudaStreamSynchronize(b->stream) != cudaSuccess)
+    cudaGetLastError(); /* the failure is already reported by rc */
+}
+
 /* The device codebook of seg for the current group: its cache slot, uploaded
  * on a miss. NULL when the slot already holds another codebook this group
  * uses (the group must end before seg). */
 static int lct__batch_codebook(lct__cuda_batch *b, const lct__batch_seg *seg, lct_cuda_codebook **out) {
   size_t slot = (size_t)(seg->codebook_id % LCT__BATCH_CODEBOOKS);
   *out = NULL;
-  if (b->dcb_id[slot] == seg->codebook_id && b->dcb[slot] != NULL) {
+  if (b->dcb_id[slot] == seg->codebook_id) {
     b->dcb_group[slot] = b->groups;
     *out = b->dcb[slot];
     return 0;
   }
-  if (b->dcb_group[slot] == b->groups && b->dcb[slot] != NULL)
+  if (b->dcb_group[slot] == b->groups)
     return 0; /* taken in this group */
-  int rc = b->dcb[slot] == NULL ? lct_cuda_codebook_create(seg->cb, &b->dcb[slot])
-                                : lct_cuda_codebook_set(b->dcb[slot], seg->cb, b->stream);
+  int rc = lct_cuda_codebook_set(b->dcb[slot], seg->cb, b->stream);
   b->dcb_id[slot] = rc == 0 ? seg->codebook_id : 0;
   if (rc != 0)
     return rc;
@@ -429,6 +435,7 @@ static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
       k /= 2; /* more chunks than the workspace holds: a smaller group */
     done += k;
   }
+  lct__batch_quiesce(b, rc);
   pthread_mutex_unlock(&b->lock);
   return rc;
 }
@@ -457,6 +464,7 @@ static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
       segs[done + i].rc = status[i];
     done += k;
   }
+  lct__batch_quiesce(b, rc);
   pthread_mutex_unlock(&b->lock);
   return rc;
 }
@@ -504,6 +512,7 @@ static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
     rc = lct__batch_hist_group(b, segs + done, k, slots);
     done += k;
   }
+  lct__batch_quiesce(b, rc);
   pthread_mutex_unlock(&b->lock);
   return rc;
 }
@@ -539,6 +548,17 @@ static int lct__batch_open(lct__cuda_batch **out) {
   LCT__CUDA_TRY(cudaMalloc(&b->crc_work, b->crc_work_bytes));
   LCT__CUDA_TRY(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
   LCT__CUDA_TRY(cudaMalloc((void **)&b->bits, LCT__BATCH_GROUP * sizeof(uint64_t)));
+  /* Every cached device codebook is allocated here, once (a placeholder until
+   * its first upload; no codebook id is 0): requests only rewrite them. */
+  uint64_t none[LCT_MAX_SYMS] = {0};
+  lct_codebook placeholder;
+  if (lct_codebook_build(LCT_DTYPE_BF16, none, &placeholder) != 0)
+    return LCT_EINVAL;
+  for (int i = 0; i < LCT__BATCH_CODEBOOKS; i++) {
+    int rc = lct_cuda_codebook_create(&placeholder, &b->dcb[i]);
+    if (rc != 0)
+      return rc;
+  }
   LCT__CUDA_TRY(cudaMalloc((void **)&b->hist, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
   LCT__CUDA_TRY(cudaMallocHost((void **)&b->hist_pinned, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
   return 0;

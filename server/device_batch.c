@@ -151,6 +151,23 @@ static void lct__batch_codebook(lct__batch_job *job, size_t i) {
   }
 }
 
+/* Each item's CRC-32C, from its segments', into its entry; LCT_ECHECKSUM
+ * (*failed: the item) when one differs from a checksum its put declared. */
+static int lct__batch_checksums(lct__batch_job *job, size_t *failed) {
+  for (size_t i = 0; i < job->n_items; i++) {
+    lct__entry *e = job->built[i];
+    for (size_t k = 0; k < e->n_segments; k++) {
+      const lct__batch_seg *bs = &job->segs[job->first[i] + k];
+      e->checksum = k == 0 ? bs->crc : lct_crc32c_combine(e->checksum, bs->crc, e->segments[k].raw_bytes);
+    }
+    if (job->items[i].decl.has_checksum && e->checksum != job->items[i].decl.checksum) {
+      *failed = i;
+      return LCT_ECHECKSUM;
+    }
+  }
+  return 0;
+}
+
 static void lct__batch_install(lct__batch_job *job) {
   lct__server *srv = job->srv;
   for (size_t i = 0; i < job->n_items; i++) {
@@ -162,7 +179,6 @@ static void lct__batch_install(lct__batch_job *job) {
       sg->blob_bytes = bs->blob_bytes;
       sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
       e->stored_bytes += sg->blob_bytes;
-      e->checksum = k == 0 ? bs->crc : lct_crc32c_combine(e->checksum, bs->crc, sg->raw_bytes);
     }
     srv->stats.encoded_bytes += e->raw_bytes;
     lct__store_install(srv->store, e); /* takes the job's reference */
@@ -234,6 +250,10 @@ static void lct__batch_done(uv_work_t *w, int status) {
     lct__batch_queue(job, LCT__BATCH_ENCODE);
     return;
   case LCT__BATCH_ENCODE:
+    if ((rc = lct__batch_checksums(job, &failed)) != 0) {
+      lct__batch_end(job, rc, failed, "bytes do not match the declared checksum");
+      return;
+    }
     if ((rc = lct__batch_codebooks_next(job, &failed)) != 0) {
       lct__batch_end(job, rc, failed, "codebook build failed");
       return;

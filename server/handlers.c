@@ -673,23 +673,25 @@ static int lct__batch_or_reply(lct__request *rq) {
   return 1;
 }
 
-/* After the checks, maps the buffer and points each item at its bytes,
- * which must be aligned to esize(i); replies itself and returns 0 on failure. */
+/* After the checks, maps the buffer and points each item at its bytes. Each
+ * item must be aligned to its element size, checked before the mapping on
+ * the offsets (allocations start at least 256-byte aligned); replies itself
+ * and returns 0 on failure. */
 static int lct__batch_map_or_reply(lct__request *rq) {
   const Lctpb__Request *h = rq->hdr;
-  uint8_t *span;
-  if (!lct__device_or_reply(rq, h->device->size, 1, &span))
-    return 0;
   for (size_t i = 0; i < rq->n_batch; i++) {
-    lct__batch_item *b = &rq->batch[i];
-    int dtype = rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY ? b->decl.dtype : b->entry->dtype;
-    b->device = span + h->items[i]->offset;
-    if ((uintptr_t)b->device % lct_dtype_size(dtype) != 0) {
-      lct__reply_item_error(rq, LCT_EINVAL, i, "buffer not aligned to its %zu-byte elements",
-                            lct_dtype_size(dtype));
+    const lct__batch_item *b = &rq->batch[i];
+    size_t esize = lct_dtype_size(rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY ? b->decl.dtype : b->entry->dtype);
+    if ((h->device->offset + h->items[i]->offset) % esize != 0) {
+      lct__reply_item_error(rq, LCT_EINVAL, i, "buffer not aligned to its %zu-byte elements", esize);
       return 0;
     }
   }
+  uint8_t *span;
+  if (!lct__device_or_reply(rq, h->device->size, 1, &span))
+    return 0;
+  for (size_t i = 0; i < rq->n_batch; i++)
+    rq->batch[i].device = span + h->items[i]->offset;
   return 1;
 }
 

@@ -449,13 +449,14 @@ class Client:
     def get_many(self, items):
         """Fills each out of (key, out) pairs as get(key, out) does and
         returns the outs; CUDA tensors travel together as in put_many."""
-        self._many(list(items), put=False)
+        items = list(items)
+        self._many(items, put=False)
         return [out for _, out in items]
 
     def _many(self, items, put):
         global _device_path
         infos = [None] * len(items)
-        batch = []  # (index, key bytes, _Host, shape array) of CUDA tensors
+        batch, single = [], []  # (index, key bytes, _Host, shape array) of CUDA tensors; others by index
         torch = sys.modules.get("torch")
         for i, (key, value) in enumerate(items):
             if (_device_path and torch is not None and isinstance(value, torch.Tensor) and value.is_cuda
@@ -466,12 +467,15 @@ class Client:
                              f"torch {str(value.dtype)[6:]} tensor", value, device=True)
             else:
                 host = _host(value, writable=not put) if _device_path else None
-            if host is None or not host.device or host.nbytes == 0:
-                infos[i] = self.put(key, value) if put else self.get(key, out=value)
-                continue
-            if put and host.natural is None:
+            if put and host is not None and host.natural is None:  # checked before anything is sent
                 raise TypeError(f"a {host.what} needs put() with dtype= (put_many takes the value's own)")
+            if host is None or not host.device or host.nbytes == 0:
+                single.append(i)
+                continue
             batch.append((i, _key_bytes(key), host, (ctypes.c_uint64 * max(len(host.shape), 1))(*host.shape)))
+        for i in single:
+            key, value = items[i]
+            infos[i] = self.put(key, value) if put else self.get(key, out=value)
         if not batch:
             return infos
         lib = _native.lib()
@@ -492,23 +496,26 @@ class Client:
                     e.detail = f"{_key_str(batch[failed.value][1])}: {e.detail}"
                 raise
             _device_path = False  # this liblct was built without CUDA: one by one through host memory
-            for i, (key, value) in enumerate(items):
-                if infos[i] is None:
-                    infos[i] = self.put(key, value) if put else self.get(key, out=value)
+            for i, _, _, _ in batch:
+                key, value = items[i]
+                infos[i] = self.put(key, value) if put else self.get(key, out=value)
             return infos
+        first_error = None  # every staged out is filled before a mismatch is raised
         for j, (i, k, host, _) in enumerate(batch):
             c = cinfo[j]
-            if not put:
-                width = lib.lct_dtype_size(c.dtype)
-                if c.raw_bytes != host.nbytes:
-                    raise _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {c.raw_bytes} bytes; "
-                                 f"out has {host.nbytes}")
-                if c.dtype != _dtype_code("raw") and host.itemsize not in (width, 1):
-                    raise _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds {_dtype_name(c.dtype)}; "
-                                 f"out has {host.itemsize}-byte elements")
-                host.finish()
-            else:
+            if put:
                 infos[i] = _tensor_info(_key_str(k), c)
+                continue
+            host.finish()
+            width = lib.lct_dtype_size(c.dtype)
+            if first_error is None and c.raw_bytes != host.nbytes:
+                first_error = _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {c.raw_bytes} bytes; "
+                                     f"out has {host.nbytes}")
+            elif first_error is None and c.dtype != _dtype_code("raw") and host.itemsize not in (width, 1):
+                first_error = _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds {_dtype_name(c.dtype)}; "
+                                     f"out has {host.itemsize}-byte elements")
+        if first_error is not None:
+            raise first_error
         return infos
 
     def delete(self, key):

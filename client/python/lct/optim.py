@@ -26,7 +26,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
     gradients the trainer holds only the scratch, and only during step(): it
     is taken from and returned to PyTorch's caching allocator, so it reuses
     memory the backward pass freed (for CPU parameters, plus one host copy of
-    the tensor in flight).
+    the tensor in flight). lctd keeps the allocator segments it mapped open (up
+    to 64, proto/PROTOCOL.md): after torch.cuda.empty_cache() their memory
+    returns only when lctd evicts them or stops.
 
     Keys are f"{key_prefix}{i}/exp_avg" and f"{key_prefix}{i}/exp_avg_sq" with
     i the parameter's position across param_groups (as in state_dict); give

@@ -258,6 +258,10 @@ class TestNumpy(LctdTestCase):
             self.assertEqual(o.tobytes(), v.tobytes())
         with self.assertRaises(lct.NotFoundError):
             self.client.get_many([(self.key("many0"), outs[0]), (self.key("absent"), outs[0])])
+        # Iterables work as well as lists; get_many returns the outs.
+        again = [np.empty_like(v) for v in values]
+        got = self.client.get_many((k, o) for (k, _), o in zip(pairs, again))
+        self.assertEqual([g.tobytes() for g in got], [v.tobytes() for v in values])
 
     def test_shapes(self):
         rng = np.random.default_rng(6)

@@ -10,6 +10,7 @@
 #include "lct_cuda.h"
 #include "lct_wire.h"
 #include "log.h"
+#include "ranges.h"
 
 #define LCT__CUDA_ALIGN 256 /* blob offsets: the GPU codec needs 8, 256 keeps them cache-line clean */
 #define LCT__CUDA_SYMS (LCT_MAX_SYMS - 1) /* histogram counters: 2^s for the widest dtype */
@@ -62,13 +63,6 @@ typedef struct lct__cuda_batch {
   lct_cuda_crc_item crc[LCT__BATCH_GROUP];
 } lct__cuda_batch;
 
-/* A free range of the region. The free ranges live in one array sorted by
- * offset: coalescing finds neighbours by binary search, and first fit scans
- * contiguous memory (a training step frees and allocates thousands of blobs). */
-typedef struct lct__cuda_range {
-  uint64_t off, len;
-} lct__cuda_range;
-
 /* A client's GPU allocation opened from its IPC handle. */
 typedef struct lct__ipc_map {
   uint8_t handle[LCT_IPC_HANDLE_BYTES];
@@ -90,8 +84,7 @@ typedef struct lct__cuda {
   uint8_t *base;      /* the region: cudaMalloc'd once */
   uint64_t capacity;
   uint64_t segment_max;
-  lct__cuda_range *free_r; /* sorted by offset, disjoint, never adjacent */
-  size_t n_free, cap_free;
+  lct__ranges free; /* the region's free ranges, by offset from base */
   lct__cuda_batch *batch;
   int n_workers;
   atomic_int next_worker;
@@ -122,61 +115,14 @@ static uint64_t lct__round_up(uint64_t v) {
   return (v + LCT__CUDA_ALIGN - 1) / LCT__CUDA_ALIGN * LCT__CUDA_ALIGN;
 }
 
-/* Returns [off, off + len) to the free ranges, merging with its neighbours. */
-static int lct__cuda_give(lct__cuda *g, uint64_t off, uint64_t len) {
-  size_t lo = 0, hi = g->n_free; /* the first range after off */
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (g->free_r[mid].off < off)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  lct__cuda_range *r = g->free_r;
-  int join_prev = lo > 0 && r[lo - 1].off + r[lo - 1].len == off;
-  int join_next = lo < g->n_free && off + len == r[lo].off;
-  if (join_prev && join_next) {
-    r[lo - 1].len += len + r[lo].len;
-    memmove(&r[lo], &r[lo + 1], (g->n_free - lo - 1) * sizeof *r);
-    g->n_free--;
-  } else if (join_prev) {
-    r[lo - 1].len += len;
-  } else if (join_next) {
-    r[lo].off = off;
-    r[lo].len += len;
-  } else {
-    if (g->n_free == g->cap_free) {
-      size_t cap = g->cap_free ? 2 * g->cap_free : 256;
-      lct__cuda_range *grown = realloc(g->free_r, cap * sizeof *grown);
-      if (grown == NULL)
-        return LCT_ENOMEM;
-      g->free_r = r = grown;
-      g->cap_free = cap;
-    }
-    memmove(&r[lo + 1], &r[lo], (g->n_free - lo) * sizeof *r);
-    r[lo] = (lct__cuda_range){off, len};
-    g->n_free++;
-  }
-  return 0;
-}
-
 static int lct__cuda_alloc(void *ctx, size_t bytes, void **out) {
   lct__cuda *g = ctx;
-  uint64_t len = lct__round_up(bytes ? bytes : 1);
-  for (size_t i = 0; i < g->n_free; i++) {
-    lct__cuda_range *f = &g->free_r[i];
-    if (f->len < len)
-      continue;
-    *out = g->base + f->off;
-    f->off += len;
-    f->len -= len;
-    if (f->len == 0) {
-      memmove(f, f + 1, (g->n_free - i - 1) * sizeof *f);
-      g->n_free--;
-    }
-    return 0;
-  }
-  return LCT_ENOSPC; /* the pool's accounting had room: the region is fragmented */
+  uint64_t off;
+  int rc = lct__ranges_take(&g->free, lct__round_up(bytes ? bytes : 1), &off);
+  if (rc != 0)
+    return rc; /* LCT_ENOSPC: the pool's accounting had room, the region is fragmented */
+  *out = g->base + off;
+  return 0;
 }
 
 static int lct__cuda_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out) {
@@ -185,12 +131,12 @@ static int lct__cuda_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_
   *out = blob;
   if (keep >= had)
     return 0;
-  return lct__cuda_give(g, (uint64_t)((uint8_t *)blob - g->base) + keep, had - keep);
+  return lct__ranges_give(&g->free, (uint64_t)((uint8_t *)blob - g->base) + keep, had - keep);
 }
 
 static void lct__cuda_release(void *ctx, void *blob, size_t bytes) {
   lct__cuda *g = ctx;
-  if (lct__cuda_give(g, (uint64_t)((uint8_t *)blob - g->base), lct__round_up(bytes ? bytes : 1)) != 0)
+  if (lct__ranges_give(&g->free, (uint64_t)((uint8_t *)blob - g->base), lct__round_up(bytes ? bytes : 1)) != 0)
     lct__log_error("cuda: out of host memory tracking a free range; %zu device bytes lost", bytes);
 }
 
@@ -653,7 +599,7 @@ static void lct__cuda_destroy(void *ctx) {
   }
   lct__batch_close(g->batch);
   cudaFree(g->base);
-  free(g->free_r);
+  lct__ranges_free(&g->free);
   free(g);
 }
 
@@ -739,7 +685,7 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
     } else if (cudaMalloc((void **)&g->base, g->capacity) != cudaSuccess) {
       rc = LCT_ENOMEM;
     } else {
-      rc = lct__cuda_give(g, 0, g->capacity);
+      rc = lct__ranges_give(&g->free, 0, g->capacity);
     }
   }
   if (rc != 0) {

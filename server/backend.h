@@ -67,19 +67,12 @@ typedef struct lct__backend_ops {
    * Loop thread. */
   int (*ipc_map)(void *ctx, const uint8_t *handle, uint8_t **base, uint64_t *size, int *opened);
   void (*ipc_unmap)(void *ctx, const uint8_t *base);
-  /* As encode, with src in device memory of this backend's GPU (any
-   * alignment); crc, if not NULL, receives the CRC-32C of the raw bytes. */
-  int (*encode_device)(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
-                       void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc);
-  /* CRC-32C of n elements of device memory src, and, with hist (host,
-   * 2^symbol_bits counters, added to), their symbol histogram. */
-  int (*scan_device)(void *ctx, int dtype, const void *src, uint64_t n, uint32_t *crc, uint64_t *hist);
-  /* As decode, into device memory dst of this backend's GPU (any alignment). */
-  int (*decode_device)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
-  /* Many segments in one pass of the GPU codec (a few launches and one wait
-   * per group, whatever their number); device memory aligned to the element
-   * size. Worker thread; returns an argument or CUDA error, per-segment
-   * failures in their rc. */
+  /* Device puts and gets (server/device_batch.c): many segments in one pass
+   * of the GPU codec (a few launches and one wait per group, whatever their
+   * number) straight from and into mapped client buffers, aligned to the
+   * element size; hist_batch adds the segments' symbol counts to their hist.
+   * Worker thread; returns an argument or CUDA error, per-segment failures in
+   * their rc. */
   int (*encode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
   int (*decode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
   int (*hist_batch)(void *ctx, lct__batch_seg *segs, size_t n);

@@ -51,12 +51,18 @@ static int lct__cpu_write(void *ctx, const void *src, size_t len, void *blob) {
   return 0;
 }
 
+/* No device path: device puts and gets fall back to the host path. */
 static const lct__backend_ops lct__cpu_ops = {
-    "cpu", lct__cpu_alloc, lct__cpu_shrink, lct__cpu_release,
-    lct__cpu_encode, lct__cpu_decode, lct__cpu_destroy, lct__cpu_read, lct__cpu_write,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, /* no device path: device puts and gets fall back to the host path */
+    .name = "cpu",
+    .alloc = lct__cpu_alloc,
+    .shrink = lct__cpu_shrink,
+    .release = lct__cpu_release,
+    .encode = lct__cpu_encode,
+    .decode = lct__cpu_decode,
+    .destroy = lct__cpu_destroy,
+    .read = lct__cpu_read,
+    .write = lct__cpu_write,
 };
-
 int lct__backend_cpu_open(uint64_t memory, lct__backend *out) {
   if (memory == 0) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -14,8 +14,6 @@
 
 #define LCT__CUDA_ALIGN 256 /* blob offsets: the GPU codec needs 8, 256 keeps them cache-line clean */
 #define LCT__CUDA_SYMS (LCT_MAX_SYMS - 1) /* histogram counters: 2^s for the widest dtype */
-#define LCT__CUDA_CRC_WORD (2 + LCT__CUDA_SYMS) /* pinned word receiving a CRC-32C */
-#define LCT__CUDA_BITS_WORD (LCT__CUDA_CRC_WORD + 1) /* pinned word receiving code bits */
 #define LCT__IPC_CACHE 64 /* client allocations kept mapped; the least recently used idle one is closed */
 #define LCT__BATCH_GROUP 1024 /* segments of a device batch per launch group (one wait each) */
 #define LCT__BATCH_CODEBOOKS 2048 /* device codebooks kept for batches, direct-mapped by codebook id */
@@ -23,24 +21,22 @@
 #define LCT__BATCH_HISTS 256 /* tensors whose histograms one wait of a batch collects */
 #define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
 
-/* What one threadpool worker uses, created at open so that nothing on the
- * request path allocates: a stream, device memory for one segment's raw
- * bytes, codec workspace, a histogram, and pinned words for results. */
+/* What one threadpool worker uses for host puts and gets, created at open so
+ * that nothing on the request path allocates: a stream, device memory for one
+ * segment's raw bytes, codec workspace, and words for results. */
 typedef struct lct__cuda_worker {
   cudaStream_t stream;
   void *raw;         /* device, segment_max bytes */
   void *work;        /* device workspace */
   size_t work_bytes;
-  uint64_t *hist;    /* device, LCT__CUDA_SYMS counters */
-  void *crc_work;    /* device, lct_cuda_crc32c workspace for segment_max bytes */
-  size_t crc_work_bytes;
-  uint64_t *pinned;  /* pinned host: [0] blob bytes, [1] status, [2..] histogram, then a CRC */
+  uint64_t *bits;    /* device: the code bits the encoder adds up (device atomics, not a bus crossing each) */
+  uint64_t *pinned;  /* pinned host: [0] blob bytes, [1] decode status, [2] code bits */
   lct_cuda_codebook *dcb; /* device copy of the codebook last used, and its source */
   lct_codebook hcb;
 } lct__cuda_worker;
 
-/* What device batches (PUT_DEVICE_MANY, GET_DEVICE_MANY) use: one at a time,
- * since each fills the GPU. Codebooks stay on the device between batches,
+/* What device puts and gets (server/device_batch.c) use: one batch at a
+ * time, since each fills the GPU. Codebooks stay on the device between batches,
  * keyed by codebook id, so that a training step's puts upload none. */
 typedef struct lct__cuda_batch {
   pthread_mutex_t lock;
@@ -164,34 +160,6 @@ static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
   return rc;
 }
 
-/* Encodes n elements at raw (device, aligned to the element size) into dst
- * on w's stream and waits; crc, if not NULL, receives their CRC-32C. */
-static int lct__cuda_encode_raw(lct__cuda_worker *w, int dtype, const lct_codebook *cb, const void *raw,
-                                uint64_t n, void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc) {
-  size_t bytes = n * lct_dtype_size(dtype);
-  int rc;
-  if (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0)
-    return rc;
-  if (crc != NULL && (rc = lct_cuda_crc32c(raw, bytes, (uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD], w->crc_work,
-                                           w->crc_work_bytes, w->stream)) != 0)
-    return rc;
-  /* The code bits add up in device memory (w->hist is free here): device
-   * atomics, not one bus crossing each. */
-  LCT__CUDA_TRY(cudaMemsetAsync(w->hist, 0, sizeof *w->hist, w->stream));
-  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, raw, n, dst, cap, &w->pinned[0], w->hist};
-  if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
-    return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(&w->pinned[LCT__CUDA_BITS_WORD], w->hist, sizeof *w->hist, cudaMemcpyDeviceToHost,
-                                w->stream));
-  LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
-  memset(stats, 0, sizeof *stats);
-  stats->blob_bytes = w->pinned[0];
-  stats->code_bits = w->pinned[LCT__CUDA_BITS_WORD];
-  if (crc != NULL)
-    *crc = *(const uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD];
-  return stats->blob_bytes <= cap ? 0 : LCT_ECUDA;
-}
-
 /* The worker of this thread, for n elements of dtype (at most segment_max bytes). */
 static int lct__cuda_worker_for(lct__cuda *g, int dtype, uint64_t n, lct__cuda_worker **w) {
   int rc = lct__cuda_worker_get(g, w);
@@ -204,58 +172,19 @@ static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const 
                             void *dst, size_t cap, lct_encode_stats *stats) {
   lct__cuda_worker *w;
   int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
-  if (rc != 0)
+  if (rc != 0 || (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0))
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
-  return lct__cuda_encode_raw(w, dtype, cb, w->raw, n, dst, cap, stats, NULL);
-}
-
-/* src itself when it is aligned to the element size, which the codec needs;
- * else a device-to-device copy of it in the worker's raw buffer. */
-static int lct__cuda_aligned(lct__cuda_worker *w, int dtype, const void *src, uint64_t n, const void **raw) {
-  size_t esize = lct_dtype_size(dtype);
-  *raw = src;
-  if ((uintptr_t)src % esize == 0)
-    return 0;
-  LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * esize, cudaMemcpyDeviceToDevice, w->stream));
-  *raw = w->raw;
-  return 0;
-}
-
-static int lct__cuda_encode_device(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
-                                   void *dst, size_t cap, lct_encode_stats *stats, uint32_t *crc) {
-  lct__cuda_worker *w;
-  const void *raw;
-  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
-  if (rc != 0 || (rc = lct__cuda_aligned(w, dtype, src, n, &raw)) != 0)
+  LCT__CUDA_TRY(cudaMemsetAsync(w->bits, 0, sizeof *w->bits, w->stream));
+  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->bits};
+  if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
-  return lct__cuda_encode_raw(w, dtype, cb, raw, n, dst, cap, stats, crc);
-}
-
-static int lct__cuda_scan_device(void *ctx, int dtype, const void *src, uint64_t n, uint32_t *crc, uint64_t *hist) {
-  lct__cuda_worker *w;
-  const void *raw;
-  size_t hist_bytes = ((size_t)1 << lct_dtype_symbol_bits(dtype)) * sizeof(uint64_t);
-  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
-  if (rc != 0 || (rc = lct__cuda_aligned(w, dtype, src, n, &raw)) != 0)
-    return rc;
-  if (crc != NULL && (rc = lct_cuda_crc32c(raw, n * lct_dtype_size(dtype), (uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD],
-                                           w->crc_work, w->crc_work_bytes, w->stream)) != 0)
-    return rc;
-  if (hist != NULL) {
-    if (lct_dtype_symbol_bits(dtype) == 0)
-      return LCT_EINVAL;
-    LCT__CUDA_TRY(cudaMemsetAsync(w->hist, 0, hist_bytes, w->stream));
-    if (n > 0 && (rc = lct_cuda_histogram(dtype, raw, n, w->hist, w->stream)) != 0)
-      return rc;
-    LCT__CUDA_TRY(cudaMemcpyAsync(w->pinned + 2, w->hist, hist_bytes, cudaMemcpyDeviceToHost, w->stream));
-  }
+  LCT__CUDA_TRY(cudaMemcpyAsync(&w->pinned[2], w->bits, sizeof *w->bits, cudaMemcpyDeviceToHost, w->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
-  if (crc != NULL)
-    *crc = *(const uint32_t *)&w->pinned[LCT__CUDA_CRC_WORD];
-  for (size_t i = 0; hist != NULL && i < hist_bytes / sizeof *hist; i++)
-    hist[i] += w->pinned[2 + i];
-  return 0;
+  memset(stats, 0, sizeof *stats);
+  stats->blob_bytes = w->pinned[0];
+  stats->code_bits = w->pinned[2];
+  return stats->blob_bytes <= cap ? 0 : LCT_ECUDA;
 }
 
 static int lct__cuda_decode(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
@@ -271,33 +200,7 @@ static int lct__cuda_decode(void *ctx, int dtype, uint64_t n, const void *blob, 
   return *status;
 }
 
-/* Decodes straight into dst when it is aligned to the element size, else
- * into the worker's raw buffer and from there device to device. */
-static int lct__cuda_decode_device(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
-  lct__cuda_worker *w;
-  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
-  if (rc != 0)
-    return rc;
-  size_t esize = lct_dtype_size(dtype);
-  int direct = (uintptr_t)dst % esize == 0;
-  int *status = (int *)&w->pinned[1];
-  if ((rc = lct_cuda_decode(dtype, n, blob, len, direct ? dst : w->raw, status, w->work, w->work_bytes,
-                            w->stream)) != 0)
-    return rc;
-  if (!direct)
-    LCT__CUDA_TRY(cudaMemcpyAsync(dst, w->raw, n * esize, cudaMemcpyDeviceToDevice, w->stream));
-  LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
-  return *status;
-}
-
 /* ---- device batches ------------------------------------------------------------ */
-
-/* After a failed batch call: waits for what it queued, so that no kernel
- * still reads or writes blobs and client buffers the caller releases next. */
-static void lct__batch_quiesce(lct__cuda_batch *b, int rc) {
-  if (rc != 0 && cudaStreamSynchronize(b->stream) != cudaSuccess)
-    cudaGetLastError(); /* the failure is already reported by rc */
-}
 
 /* The device codebook of seg for the current group: its cache slot, uploaded
  * on a miss. NULL when the slot already holds another codebook this group
@@ -354,11 +257,7 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
   return 0;
 }
 
-static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
-  lct__cuda *g = ctx;
-  lct__cuda_batch *b = g->batch;
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
-  pthread_mutex_lock(&b->lock);
+static int lct__batch_encode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     b->groups++;
@@ -381,16 +280,10 @@ static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
       k /= 2; /* more chunks than the workspace holds: a smaller group */
     done += k;
   }
-  lct__batch_quiesce(b, rc);
-  pthread_mutex_unlock(&b->lock);
   return rc;
 }
 
-static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
-  lct__cuda *g = ctx;
-  lct__cuda_batch *b = g->batch;
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
-  pthread_mutex_lock(&b->lock);
+static int lct__batch_decode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
   int rc = 0;
   int *status = (int *)b->pinned;
   for (size_t done = 0; done < n && rc == 0;) {
@@ -410,8 +303,6 @@ static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
       segs[done + i].rc = status[i];
     done += k;
   }
-  lct__batch_quiesce(b, rc);
-  pthread_mutex_unlock(&b->lock);
   return rc;
 }
 
@@ -443,11 +334,7 @@ static int lct__batch_hist_group(lct__cuda_batch *b, const lct__batch_seg *segs,
   return 0;
 }
 
-static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
-  lct__cuda *g = ctx;
-  lct__cuda_batch *b = g->batch;
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
-  pthread_mutex_lock(&b->lock);
+static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     size_t k = 1, slots = 1;
@@ -458,9 +345,34 @@ static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
     rc = lct__batch_hist_group(b, segs + done, k, slots);
     done += k;
   }
-  lct__batch_quiesce(b, rc);
+  return rc;
+}
+
+/* Runs a batch pass on the backend's device, one batch at a time (each fills
+ * the GPU). After a failure it waits for what the pass queued, so that no
+ * kernel still reads or writes blobs and client buffers the caller releases next. */
+static int lct__batch_with(lct__cuda *g, lct__batch_seg *segs, size_t n,
+                           int (*pass)(lct__cuda_batch *, lct__batch_seg *, size_t)) {
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  lct__cuda_batch *b = g->batch;
+  pthread_mutex_lock(&b->lock);
+  int rc = pass(b, segs, n);
+  if (rc != 0 && cudaStreamSynchronize(b->stream) != cudaSuccess)
+    cudaGetLastError(); /* the failure is already reported by rc */
   pthread_mutex_unlock(&b->lock);
   return rc;
+}
+
+static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  return lct__batch_with(ctx, segs, n, lct__batch_encode);
+}
+
+static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  return lct__batch_with(ctx, segs, n, lct__batch_decode);
+}
+
+static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  return lct__batch_with(ctx, segs, n, lct__batch_hist);
 }
 
 static void lct__batch_close(lct__cuda_batch *b) {
@@ -591,8 +503,7 @@ static void lct__cuda_destroy(void *ctx) {
     lct_cuda_codebook_destroy(w->dcb);
     cudaFree(w->raw);
     cudaFree(w->work);
-    cudaFree(w->hist);
-    cudaFree(w->crc_work);
+    cudaFree(w->bits);
     cudaFreeHost(w->pinned);
     if (w->stream != NULL)
       cudaStreamDestroy(w->stream);
@@ -618,12 +529,21 @@ static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
 }
 
 static const lct__backend_ops lct__cuda_ops = {
-    "cuda", lct__cuda_alloc, lct__cuda_shrink, lct__cuda_release,
-    lct__cuda_encode, lct__cuda_decode, lct__cuda_destroy, lct__cuda_read, lct__cuda_write,
-    lct__cuda_ipc_map, lct__cuda_ipc_unmap, lct__cuda_encode_device, lct__cuda_scan_device,
-    lct__cuda_decode_device, lct__cuda_encode_batch, lct__cuda_decode_batch, lct__cuda_hist_batch,
+    .name = "cuda",
+    .alloc = lct__cuda_alloc,
+    .shrink = lct__cuda_shrink,
+    .release = lct__cuda_release,
+    .encode = lct__cuda_encode,
+    .decode = lct__cuda_decode,
+    .destroy = lct__cuda_destroy,
+    .read = lct__cuda_read,
+    .write = lct__cuda_write,
+    .ipc_map = lct__cuda_ipc_map,
+    .ipc_unmap = lct__cuda_ipc_unmap,
+    .encode_batch = lct__cuda_encode_batch,
+    .decode_batch = lct__cuda_decode_batch,
+    .hist_batch = lct__cuda_hist_batch,
 };
-
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   /* The workspace serves both directions: the larger of an encode of the
    * most chunks a segment can hold (1-byte elements) and a decode of one blob. */
@@ -633,10 +553,8 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   LCT__CUDA_TRY(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
   LCT__CUDA_TRY(cudaMalloc(&w->raw, segment_max));
   LCT__CUDA_TRY(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
-  LCT__CUDA_TRY(cudaMalloc((void **)&w->hist, LCT__CUDA_SYMS * sizeof(uint64_t)));
-  w->crc_work_bytes = lct_cuda_crc32c_workspace_size(segment_max);
-  LCT__CUDA_TRY(cudaMalloc(&w->crc_work, w->crc_work_bytes ? w->crc_work_bytes : 1));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, (LCT__CUDA_BITS_WORD + 1) * sizeof(uint64_t)));
+  LCT__CUDA_TRY(cudaMalloc((void **)&w->bits, sizeof *w->bits));
+  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, 3 * sizeof(uint64_t)));
   /* The device codebook is allocated here, once; requests only rewrite it. A
    * placeholder fills it until the first encode (hcb's raw dtype never matches). */
   uint64_t none[LCT_MAX_SYMS] = {0};

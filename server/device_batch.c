@@ -1,4 +1,4 @@
-/* device_batch.c — PUT_DEVICE_MANY and GET_DEVICE_MANY: the tensors of one request coded in one pass of the GPU codec. */
+/* device_batch.c — device puts and gets (PUT_DEVICE, GET_DEVICE and their _MANY forms): the tensors of one request coded in one pass of the GPU codec. */
 #include "device_batch.h"
 
 #include <assert.h>
@@ -172,16 +172,9 @@ static void lct__batch_install(lct__batch_job *job) {
   lct__server *srv = job->srv;
   for (size_t i = 0; i < job->n_items; i++) {
     lct__entry *e = job->built[i];
-    e->stored_bytes = 0;
-    for (size_t k = 0; k < e->n_segments; k++) {
-      lct__segment *sg = &e->segments[k];
-      const lct__batch_seg *bs = &job->segs[job->first[i] + k];
-      sg->blob_bytes = bs->blob_bytes;
-      sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
-      e->stored_bytes += sg->blob_bytes;
-    }
-    srv->stats.encoded_bytes += e->raw_bytes;
-    lct__store_install(srv->store, e); /* takes the job's reference */
+    for (size_t k = 0; k < e->n_segments; k++)
+      e->segments[k].blob_bytes = job->segs[job->first[i] + k].blob_bytes;
+    lct__entry_publish(srv, e); /* takes the job's reference */
     job->built[i] = NULL;
     job->items[i].entry = e;
   }
@@ -195,13 +188,10 @@ static void lct__batch_install(lct__batch_job *job) {
 static int lct__batch_codebooks_next(lct__batch_job *job, size_t *failed) {
   for (size_t i = 0; i < job->n_items; i++) {
     lct__entry *e = job->built[i];
-    if (!e->has_codebook || e->n_elems == 0)
-      continue;
     uint64_t bits = 0;
     for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
       bits += job->segs[s].code_bits;
-    e->codebook_stale =
-        (double)bits > e->codebook.expected_bits_per_elem * (double)e->n_elems * (1.0 + LCT__DRIFT);
+    e->codebook_stale = lct__codebook_drifted(e, bits);
     if (job->hist_of[i] == LCT__HIST_REBUILD) {
       int rc = lct__codebook_set(job->srv, e, job->hists + i * job->hist_len, 1);
       if (rc != 0) {

@@ -1,4 +1,4 @@
-/* device_batch.h — PUT_DEVICE_MANY and GET_DEVICE_MANY: the tensors of one request coded in one pass of the GPU codec. */
+/* device_batch.h — device puts and gets (PUT_DEVICE, GET_DEVICE and their _MANY forms): the tensors of one request coded in one pass of the GPU codec. */
 #ifndef LCT_SERVER_DEVICE_BATCH_H
 #define LCT_SERVER_DEVICE_BATCH_H
 

@@ -37,7 +37,7 @@ typedef struct lct__request {
   lct__pending *pending; /* PUT_COMMIT: the staged put being encoded */
   void *reply_msg;      /* GET: the reply being filled by decode workers */
   const uint8_t *ipc_base; /* PUT_DEVICE, GET_DEVICE: the client allocation mapped, unmapped with the request */
-  lct__batch_item *batch; /* PUT_DEVICE_MANY, GET_DEVICE_MANY: hdr->n_items items */
+  lct__batch_item *batch; /* device puts and gets: their items (one for PUT_DEVICE, GET_DEVICE) */
   size_t n_batch;
   size_t reply_len;
   uint64_t received;    /* uv_hrtime at receipt */
@@ -55,7 +55,7 @@ static void lct__request_free(lct__request *rq) {
     nn_freemsg(rq->reply_msg);
   if (rq->pending != NULL)
     lct__staging_release(rq->srv->staging, rq->pending);
-  if (rq->batch != NULL && rq->op == LCTPB__OP__OP_GET_DEVICE_MANY)
+  if (rq->batch != NULL && (rq->op == LCTPB__OP__OP_GET_DEVICE || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY))
     for (size_t i = 0; i < rq->n_batch; i++)
       if (rq->batch[i].entry != NULL)
         lct__entry_unref(rq->batch[i].entry);
@@ -268,8 +268,6 @@ static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *
     lct__reply_error(rq, rc, "%s", why);
     return;
   }
-  if (rq->op == LCTPB__OP__OP_PUT_DEVICE)
-    rq->srv->stats.device_puts++;
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   Lctpb__TensorMeta m;
   lct__meta_of(e, &m);
@@ -301,7 +299,7 @@ static void lct__op_put(lct__request *rq) {
                      "; use a chunked put", d.raw_bytes, rq->srv->cfg.frame_size);
     return;
   }
-  lct__put_src src = {rq->frame.payload, NULL, 0, NULL};
+  lct__put_src src = {rq->frame.payload, NULL, 0};
   lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &src);
 }
 
@@ -389,7 +387,7 @@ static void lct__op_put_commit(lct__request *rq) {
   }
   lct__staging_take(rq->srv->staging, p);
   rq->pending = p; /* released when the encode ends, or with the request */
-  lct__put_src src = {NULL, p->pieces, p->n_pieces, NULL};
+  lct__put_src src = {NULL, p->pieces, p->n_pieces};
   lct__put_begin_encode(rq, p->key, p->key_len, &p->decl, &src);
 }
 
@@ -411,8 +409,6 @@ static void lct__get_done(void *arg, int rc) {
     lct__reply_error(rq, rc, "stored tensor failed to decode");
     return;
   }
-  if (rq->op == LCTPB__OP__OP_GET_DEVICE)
-    rq->srv->stats.device_gets++;
   void *msg = rq->reply_msg;
   rq->reply_msg = NULL;
   lct__reply_send(rq, 0, msg, rq->reply_len);
@@ -472,7 +468,7 @@ static void lct__op_get(lct__request *rq) {
     lct__get_done(rq, 0);
     return;
   }
-  if ((rc = lct__get_start(srv, e, off, len, dst, 0, lct__get_done, rq)) != 0)
+  if ((rc = lct__get_start(srv, e, off, len, dst, lct__get_done, rq)) != 0)
     lct__reply_error(rq, rc, "cannot start the decode");
 }
 
@@ -485,9 +481,11 @@ static void lct__reply_fallback(lct__request *rq, int reason, const char *why) {
 }
 
 /* Maps the request's device buffer, which must hold raw_bytes (exactly for a
- * put, at least for a get), and points *ptr at it; replies itself and
- * returns 0 on failure. The mapping is released with the request. */
-static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact, uint8_t **ptr) {
+ * put, at least for a get) and start aligned to esize (allocations start at
+ * least 256-byte aligned, so its offset tells), and points *ptr at it;
+ * replies itself and returns 0 on failure. The mapping is released with the
+ * request. */
+static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact, size_t esize, uint8_t **ptr) {
   lct__server *srv = rq->srv;
   const Lctpb__DeviceBuffer *d = rq->hdr->device;
   const lct__backend *be = lct__pool_backend(srv->pool);
@@ -503,6 +501,10 @@ static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact,
   if (!exact && d->size < raw_bytes) {
     lct__reply_error(rq, LCT_EBUFSIZE, "tensor is %" PRIu64 " bytes; the device buffer holds %" PRIu64,
                      raw_bytes, d->size);
+    return 0;
+  }
+  if (d->offset % esize != 0) {
+    lct__reply_error(rq, LCT_EINVAL, "device buffer not aligned to its %zu-byte elements", esize);
     return 0;
   }
   if (be->ops->ipc_map == NULL) {
@@ -538,46 +540,6 @@ static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact,
   }
   *ptr = base + d->offset;
   return 1;
-}
-
-static void lct__op_put_device(lct__request *rq) {
-  lct__put_decl d;
-  if (!lct__need_key(rq) || !lct__decl_or_reply(rq, &d))
-    return;
-  if (rq->frame.payload_len != 0) {
-    lct__reply_error(rq, LCT_EINVAL, "a device put carries no payload");
-    return;
-  }
-  uint8_t *src;
-  if (!lct__device_or_reply(rq, d.raw_bytes, 1, &src))
-    return;
-  lct__put_src ps = {NULL, NULL, 0, src};
-  lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &ps);
-}
-
-static void lct__op_get_device(lct__request *rq) {
-  lct__entry *e = lct__find_to_read(rq);
-  if (e == NULL)
-    return;
-  uint8_t *dst;
-  if (!lct__device_or_reply(rq, e->raw_bytes, 0, &dst))
-    return;
-  Lctpb__Reply rp = LCTPB__REPLY__INIT;
-  Lctpb__TensorMeta m;
-  lct__meta_of(e, &m);
-  rp.meta = &m;
-  uint8_t *payload;
-  int rc = lct__reply_alloc(&rp, 0, &rq->reply_msg, &rq->reply_len, &payload);
-  if (rc != 0) {
-    lct__reply_error(rq, rc, "cannot build the reply");
-    return;
-  }
-  if (e->raw_bytes == 0) {
-    lct__get_done(rq, 0);
-    return;
-  }
-  if ((rc = lct__get_start(rq->srv, e, 0, e->raw_bytes, dst, 1, lct__get_done, rq)) != 0)
-    lct__reply_error(rq, rc, "cannot start the decode");
 }
 
 /* ---- many tensors in one device buffer (PUT_DEVICE_MANY, GET_DEVICE_MANY) -- */
@@ -688,14 +650,19 @@ static int lct__batch_map_or_reply(lct__request *rq) {
     }
   }
   uint8_t *span;
-  if (!lct__device_or_reply(rq, h->device->size, 1, &span))
+  if (!lct__device_or_reply(rq, h->device->size, 1, 1, &span))
     return 0;
   for (size_t i = 0; i < rq->n_batch; i++)
     rq->batch[i].device = span + h->items[i]->offset;
   return 1;
 }
 
-/* Metas of the items, in order, as the reply of a _MANY op. */
+static int lct__is_many(const lct__request *rq) {
+  return rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY;
+}
+
+/* The items' metas, in order, as the reply of a _MANY op; the one item's as
+ * that of PUT_DEVICE or GET_DEVICE. */
 static void lct__reply_batch(lct__request *rq) {
   Lctpb__TensorMeta *metas = malloc(rq->n_batch * sizeof *metas);
   Lctpb__TensorMeta **ptrs = malloc(rq->n_batch * sizeof *ptrs);
@@ -709,8 +676,12 @@ static void lct__reply_batch(lct__request *rq) {
     ptrs[i] = &metas[i];
   }
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
-  rp.n_metas = rq->n_batch;
-  rp.metas = ptrs;
+  if (lct__is_many(rq)) {
+    rp.n_metas = rq->n_batch;
+    rp.metas = ptrs;
+  } else {
+    rp.meta = ptrs[0];
+  }
   lct__reply(rq, &rp, NULL, 0);
   free(metas), free(ptrs);
 }
@@ -719,10 +690,69 @@ static void lct__batch_done(void *arg, int rc, size_t failed, const char *why) {
   lct__request *rq = arg;
   if (rc == 0)
     lct__reply_batch(rq);
-  else if (failed < rq->n_batch)
+  else if (failed < rq->n_batch && lct__is_many(rq))
     lct__reply_item_error(rq, rc, failed, "%s", why);
   else
     lct__reply_error(rq, rc, "%s", why);
+}
+
+/* Starts the encode of the request's items; replies itself on failure. */
+static void lct__batch_put_begin(lct__request *rq) {
+  size_t failed;
+  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq, &failed);
+  if (rc == LCT_ENOSPC) {
+    char why[160];
+    snprintf(why, sizeof why, "the pool is full: %" PRIu64 " of %" PRIu64 " bytes in use",
+             lct__pool_used(rq->srv->pool), lct__pool_capacity(rq->srv->pool));
+    lct__batch_done(rq, rc, failed, why);
+  } else if (rc != 0) {
+    lct__batch_done(rq, rc, rq->n_batch, "cannot start the encode");
+  }
+}
+
+/* The one item of PUT_DEVICE or GET_DEVICE; replies itself on failure. */
+static lct__batch_item *lct__batch_one(lct__request *rq) {
+  if ((rq->batch = calloc(1, sizeof *rq->batch)) == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory for a request");
+    return NULL;
+  }
+  rq->n_batch = 1;
+  rq->batch->key = rq->hdr->key.data;
+  rq->batch->key_len = rq->hdr->key.len;
+  return rq->batch;
+}
+
+/* PUT_DEVICE and GET_DEVICE are device batches of one tensor. */
+static void lct__op_put_device(lct__request *rq) {
+  lct__put_decl d;
+  if (!lct__need_key(rq) || !lct__decl_or_reply(rq, &d))
+    return;
+  if (rq->frame.payload_len != 0) {
+    lct__reply_error(rq, LCT_EINVAL, "a device put carries no payload");
+    return;
+  }
+  uint8_t *src;
+  lct__batch_item *b;
+  if (!lct__device_or_reply(rq, d.raw_bytes, 1, lct_dtype_size(d.dtype), &src) || (b = lct__batch_one(rq)) == NULL)
+    return;
+  b->decl = d;
+  b->device = src;
+  lct__batch_put_begin(rq);
+}
+
+static void lct__op_get_device(lct__request *rq) {
+  lct__entry *e = lct__find_to_read(rq);
+  uint8_t *dst;
+  lct__batch_item *b;
+  if (e == NULL || !lct__device_or_reply(rq, e->raw_bytes, 0, lct_dtype_size(e->dtype), &dst) ||
+      (b = lct__batch_one(rq)) == NULL)
+    return;
+  lct__entry_ref(e); /* dropped with the request */
+  b->entry = e;
+  b->device = dst;
+  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "cannot start the decode");
 }
 
 static void lct__op_put_device_many(lct__request *rq) {
@@ -750,17 +780,8 @@ static void lct__op_put_device_many(lct__request *rq) {
     b->key = it->key.data;
     b->key_len = it->key.len;
   }
-  if (!lct__batch_map_or_reply(rq))
-    return;
-  size_t failed;
-  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq, &failed);
-  if (rc == LCT_ENOSPC) {
-    lct__pool *pool = rq->srv->pool;
-    lct__reply_item_error(rq, rc, failed, "the pool is full: %" PRIu64 " of %" PRIu64 " bytes in use",
-                          lct__pool_used(pool), lct__pool_capacity(pool));
-  } else if (rc != 0) {
-    lct__reply_error(rq, rc, "cannot start the encode");
-  }
+  if (lct__batch_map_or_reply(rq))
+    lct__batch_put_begin(rq);
 }
 
 static void lct__op_get_device_many(lct__request *rq) {

@@ -51,14 +51,12 @@ typedef struct lct__piece {
   size_t len;
 } lct__piece;
 
-/* The raw bytes a put encodes: one contiguous buffer, or pieces in offset
- * order that cover [0, raw_bytes) exactly, in host memory; or, for a device
- * put, a client's buffer in the backend GPU's memory (mapped by IPC). */
+/* The raw bytes a put encodes, in host memory: one contiguous buffer, or
+ * pieces in offset order that cover [0, raw_bytes) exactly. */
 typedef struct lct__put_src {
   const uint8_t *data;
   const lct__piece *pieces;
   size_t n_pieces;
-  const uint8_t *device;
 } lct__put_src;
 
 /* Builds a declaration from wire metadata: LCT_EDTYPE, LCT_E2BIG (product

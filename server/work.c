@@ -72,34 +72,10 @@ static const uint8_t *lct__put_bytes(const lct__put_src *src, uint64_t off, uint
   return buf;
 }
 
-/* A segment of a device put: CRC and histogram, or encode, on the GPU from
- * the client's buffer. */
-static void lct__put_task_device(lct__put_task *t, const lct__segment *sg, uint64_t n) {
-  lct__put_job *job = t->job;
-  const lct__backend *be = lct__pool_backend(job->srv->pool);
-  const uint8_t *src = job->src.device + sg->raw_offset;
-  uint32_t *crc = (job->round & LCT__DO_CRC) ? &t->crc : NULL;
-  t->rc = 0;
-  if (job->round & LCT__DO_HIST) {
-    uint64_t *h = job->hists + t->seg * job->hist_len;
-    memset(h, 0, job->hist_len * sizeof *h);
-    t->rc = be->ops->scan_device(be->ctx, job->decl.dtype, src, n, crc, h);
-    crc = NULL;
-  }
-  if (t->rc == 0 && (job->round & LCT__DO_ENCODE)) {
-    const lct_codebook *cb = job->e->has_codebook ? &job->e->codebook : NULL;
-    t->rc = be->ops->encode_device(be->ctx, job->decl.dtype, cb, src, n, sg->blob, sg->alloc_bytes, &t->est, crc);
-  }
-}
-
 static void lct__put_task_run(uv_work_t *w) {
   lct__put_task *t = w->data;
   lct__put_job *job = t->job;
   const lct__segment *sg = &job->e->segments[t->seg];
-  if (job->src.device != NULL) {
-    lct__put_task_device(t, sg, sg->raw_bytes / lct_dtype_size(job->decl.dtype));
-    return;
-  }
   uint8_t *gathered;
   const uint8_t *src = lct__put_bytes(&job->src, sg->raw_offset, sg->raw_bytes, &gathered);
   size_t esize = lct_dtype_size(job->decl.dtype);
@@ -138,15 +114,8 @@ static void lct__put_finish(lct__put_job *job, int rc, const char *why) {
     return;
   }
   lct__entry *e = job->e;
-  e->stored_bytes = 0;
-  for (size_t i = 0; i < e->n_segments; i++) {
-    lct__segment *sg = &e->segments[i];
-    sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
-    e->stored_bytes += sg->blob_bytes;
-  }
-  srv->stats.encoded_bytes += e->raw_bytes;
+  lct__entry_publish(srv, e);
   srv->stats.encode_ns += uv_hrtime() - job->started;
-  lct__store_install(srv->store, e);
   job->cb(job->arg, 0, NULL, e);
   free(job);
 }
@@ -201,12 +170,9 @@ static void lct__put_task_done(uv_work_t *w, int status) {
       e->segments[i].blob_bytes = job->tasks[i].est.blob_bytes;
       code_bits += job->tasks[i].est.code_bits;
     }
-    double expected = e->has_codebook ? e->codebook.expected_bits_per_elem * (double)e->n_elems : 0;
-    if (job->reused && !job->rebuilding && e->n_elems > 0 &&
-        (double)code_bits > expected * (1.0 + LCT__DRIFT)) {
-      lct__log_debug("codebook of '%.*s' drifted: %llu code bits, %.0f expected; rebuilding",
-                     (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key,
-                     (unsigned long long)code_bits, expected);
+    if (job->reused && !job->rebuilding && lct__codebook_drifted(e, code_bits)) {
+      lct__log_debug("codebook of '%.*s' drifted: %llu code bits; rebuilding",
+                     (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, (unsigned long long)code_bits);
       job->rebuilding = 1;
       lct__put_round(job, LCT__DO_HIST);
       return;
@@ -232,6 +198,22 @@ static void lct__put_round(lct__put_job *job, int round) {
     assert(rc == 0 && "uv_queue_work with a valid loop and callback");
     (void)rc;
   }
+}
+
+void lct__entry_publish(lct__server *srv, lct__entry *e) {
+  e->stored_bytes = 0;
+  for (size_t i = 0; i < e->n_segments; i++) {
+    lct__segment *sg = &e->segments[i];
+    sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
+    e->stored_bytes += sg->blob_bytes;
+  }
+  srv->stats.encoded_bytes += e->raw_bytes;
+  lct__store_install(srv->store, e);
+}
+
+int lct__codebook_drifted(const lct__entry *e, uint64_t code_bits) {
+  return e->has_codebook && e->n_elems > 0 &&
+         (double)code_bits > e->codebook.expected_bits_per_elem * (double)e->n_elems * (1.0 + LCT__DRIFT);
 }
 
 int lct__codebook_inherit(lct__server *srv, lct__entry *e) {
@@ -355,7 +337,6 @@ typedef struct lct__get_job {
   lct__entry *e;
   uint64_t offset, len;
   uint8_t *dst;
-  int on_device; /* dst is device memory of the backend's GPU */
   size_t pending;
   lct__get_cb cb;
   void *arg;
@@ -375,11 +356,9 @@ static void lct__get_task_run(uv_work_t *w) {
   uint64_t seg_end = sg->raw_offset + sg->raw_bytes, end = job->offset + job->len;
   uint64_t b = seg_end < end ? seg_end : end;
   if (a == sg->raw_offset && b == seg_end) {
-    t->rc = (job->on_device ? be->ops->decode_device : be->ops->decode)(be->ctx, dtype, n, sg->blob, sg->blob_bytes,
-                                                                        job->dst + (a - job->offset));
+    t->rc = be->ops->decode(be->ctx, dtype, n, sg->blob, sg->blob_bytes, job->dst + (a - job->offset));
     return;
   }
-  assert(!job->on_device && "device gets cover whole segments");
   uint8_t *scratch = malloc(sg->raw_bytes);
   if (scratch == NULL) {
     t->rc = LCT_ENOMEM;
@@ -414,7 +393,7 @@ static void lct__get_task_done(uv_work_t *w, int status) {
 }
 
 int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t len, uint8_t *dst,
-                   int on_device, lct__get_cb cb, void *arg) {
+                   lct__get_cb cb, void *arg) {
   assert(len > 0 && offset + len <= e->raw_bytes && e->n_segments > 0);
   uint64_t seg_bytes = e->segments[0].raw_bytes; /* every segment but the last has this size */
   size_t first = (size_t)(offset / seg_bytes), last = (size_t)((offset + len - 1) / seg_bytes);
@@ -428,7 +407,6 @@ int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t le
   job->offset = offset;
   job->len = len;
   job->dst = dst;
-  job->on_device = on_device;
   job->cb = cb;
   job->arg = arg;
   job->n_tasks = n;

@@ -30,6 +30,14 @@ int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const l
 int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
                        uint64_t seg_bytes, lct__entry **out);
 
+/* Gives each segment of an encoded entry back its pool memory beyond
+ * blob_bytes, counts it, and installs it (taking the caller's reference). */
+void lct__entry_publish(lct__server *srv, lct__entry *e);
+
+/* Whether code_bits for e's elements exceed what its codebook expects by more
+ * than LCT__DRIFT. */
+int lct__codebook_drifted(const lct__entry *e, uint64_t code_bits);
+
 /* Gives e (not yet installed) the codebook of its key's stored version when
  * that has one of e's dtype: returns 0 if it has none, 1 if it did, 2 if it
  * did and that codebook is stale (the stored version drifted from it). */
@@ -56,10 +64,9 @@ uint64_t lct__put_reserve(const lct__server *srv, const lct__put_decl *decl);
 typedef void (*lct__get_cb)(void *arg, int rc);
 
 /* Decodes raw bytes [offset, offset + len) of e (len > 0, within the tensor)
- * into host memory dst, decoding the overlapping segments in parallel; with
- * on_device, dst is device memory of the backend's GPU and the range is the
- * whole tensor. Holds a reference to e until cb. */
+ * into host memory dst, decoding the overlapping segments in parallel.
+ * Holds a reference to e until cb. */
 int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t len, uint8_t *dst,
-                   int on_device, lct__get_cb cb, void *arg);
+                   lct__get_cb cb, void *arg);
 
 #endif

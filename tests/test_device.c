@@ -186,6 +186,15 @@ static void slices_free(slice_set *s) {
   for (size_t i = 0; i < N_SLICES; i++) free(s->host[i]);
 }
 
+/* The set's bytes at their offsets of a new device allocation *src, and an
+ * allocation *dst of the same size. */
+static void slices_to_device(const slice_set *s, uint8_t **src, uint8_t **dst) {
+  CUDA_CHECK(cudaMalloc((void **)src, s->total));
+  CUDA_CHECK(cudaMalloc((void **)dst, s->total));
+  for (size_t i = 0; i < N_SLICES; i++)
+    CUDA_CHECK(cudaMemcpy(*src + s->at[i], s->host[i], s->bytes[i], cudaMemcpyHostToDevice));
+}
+
 /* The set's tensors as items keyed prefix+slice in buf. */
 static void slices_items(const slice_set *s, const char *prefix, uint8_t *buf, char keys[][128],
                          lct_tensor_info *info, lct_device_tensor *t) {
@@ -202,10 +211,7 @@ Test(device, many_round_trip_and_drift, .fini = stop) {
   slice_set s;
   slices_load(&s);
   uint8_t *src, *dst;
-  CUDA_CHECK(cudaMalloc((void **)&src, s.total));
-  CUDA_CHECK(cudaMalloc((void **)&dst, s.total));
-  for (size_t i = 0; i < N_SLICES; i++)
-    CUDA_CHECK(cudaMemcpy(src + s.at[i], s.host[i], s.bytes[i], cudaMemcpyHostToDevice));
+  slices_to_device(&s, &src, &dst);
   char keys[N_SLICES][128];
   lct_tensor_info info[N_SLICES];
   lct_device_tensor put[N_SLICES], get[N_SLICES];
@@ -342,10 +348,7 @@ Test(device, many_cpu_backend_falls_back, .fini = stop) {
   slice_set s;
   slices_load(&s);
   uint8_t *src, *dst;
-  CUDA_CHECK(cudaMalloc((void **)&src, s.total));
-  CUDA_CHECK(cudaMalloc((void **)&dst, s.total));
-  for (size_t i = 0; i < N_SLICES; i++)
-    CUDA_CHECK(cudaMemcpy(src + s.at[i], s.host[i], s.bytes[i], cudaMemcpyHostToDevice));
+  slices_to_device(&s, &src, &dst);
   char keys[N_SLICES][128];
   lct_tensor_info info[N_SLICES];
   lct_device_tensor put[N_SLICES], get[N_SLICES];

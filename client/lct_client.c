@@ -599,100 +599,6 @@ static int lct__device_copy(lct_client *c, int device, void *dst, const void *sr
 static int lct__fallback(int rc) { return rc == LCT_ENOIPC || rc == LCT_EOP; }
 #endif
 
-int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
-                   const void *dptr, size_t bytes, lct_tensor_info *info) {
-#ifdef LCT_CLIENT_CUDA
-  Lctpb__Request rq = LCTPB__REQUEST__INIT;
-  Lctpb__TensorMeta m;
-  int rc;
-  if ((rc = lct__key(c, key, &rq)) != 0 || (rc = lct__put_meta(c, dtype, shape, ndim, bytes, &m)))
-    return rc;
-  if (bytes == 0)
-    return lct_put(c, key, dtype, shape, ndim, NULL, 0, info);
-  if (dptr == NULL)
-    return lct__fail(c, LCT_EINVAL, "no data");
-  lct__devbuf b;
-  if ((rc = lct__device_describe(c, dptr, bytes, 1, &b)) == 0) {
-    rq.op = LCTPB__OP__OP_PUT_DEVICE;
-    rq.meta = &m;
-    rq.device = &b.msg;
-    lct__reply r;
-    if ((rc = lct__call(c, &rq, NULL, 0, &r)) == 0) {
-      if (info != NULL)
-        lct__info_of(r.hdr->meta, info);
-      lct__reply_free(&r);
-      return 0;
-    }
-  }
-  if (!lct__fallback(rc))
-    return rc;
-  void *host = malloc(bytes);
-  if (host == NULL)
-    return lct__fail(c, LCT_ENOMEM, "cannot allocate %zu bytes for the host path", bytes);
-  if ((rc = lct__device_copy(c, b.device, host, dptr, bytes)) == 0)
-    rc = lct_put(c, key, dtype, shape, ndim, host, bytes, info);
-  free(host);
-  return rc;
-#else
-  (void)key, (void)dtype, (void)shape, (void)ndim, (void)dptr, (void)bytes, (void)info;
-  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_put)");
-#endif
-}
-
-int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info) {
-#ifdef LCT_CLIENT_CUDA
-  Lctpb__Request rq = LCTPB__REQUEST__INIT;
-  int rc = lct__key(c, key, &rq);
-  if (rc != 0)
-    return rc;
-  if (cap == 0)
-    return lct_get(c, key, NULL, 0, info);
-  if (dptr == NULL)
-    return lct__fail(c, LCT_EINVAL, "no buffer");
-  lct__devbuf b;
-  if ((rc = lct__device_describe(c, dptr, cap, 1, &b)) == 0) {
-    rq.op = LCTPB__OP__OP_GET_DEVICE;
-    rq.device = &b.msg;
-    lct__reply r;
-    if ((rc = lct__call(c, &rq, NULL, 0, &r)) == 0) {
-      if (r.hdr->meta == NULL) {
-        lct__reply_free(&r);
-        return lct__fail(c, LCT_EPROTO, "device get reply without metadata");
-      }
-      if (info != NULL)
-        lct__info_of(r.hdr->meta, info);
-      lct__reply_free(&r);
-      return 0;
-    }
-    if (rc == LCT_EBUFSIZE && info != NULL) {
-      /* As lct_get: info tells the size needed. */
-      char saved[sizeof c->err];
-      memcpy(saved, c->err, sizeof saved);
-      lct_stat(c, key, info);
-      memcpy(c->err, saved, sizeof saved);
-    }
-  }
-  if (!lct__fallback(rc))
-    return rc;
-  void *host;
-  lct_tensor_info got;
-  if ((rc = lct_get_alloc(c, key, &host, &got)) != 0)
-    return rc;
-  if (info != NULL)
-    *info = got;
-  if (got.raw_bytes > cap)
-    rc = lct__fail(c, LCT_EBUFSIZE, "tensor is %llu bytes; buffer holds %zu", (unsigned long long)got.raw_bytes,
-                   cap);
-  else
-    rc = lct__device_copy(c, b.device, dptr, host, (size_t)got.raw_bytes);
-  free(host);
-  return rc;
-#else
-  (void)key, (void)dptr, (void)cap, (void)info;
-  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
-#endif
-}
-
 /* ---- many device buffers ------------------------------------------------- */
 
 #ifdef LCT_CLIENT_CUDA
@@ -738,14 +644,12 @@ static int lct__many_host(lct_client *c, int put, int device, const lct_device_t
     free(host);
     return rc;
   }
-  if ((rc = lct_get_alloc(c, t->key, &host, &got)) != 0)
-    return rc;
-  if (t->info != NULL)
+  if (t->bytes > 0 && (host = malloc(t->bytes)) == NULL)
+    return lct__fail(c, LCT_ENOMEM, "cannot allocate %zu bytes for the host path", t->bytes);
+  rc = lct_get(c, t->key, host, t->bytes, &got); /* LCT_EBUFSIZE, with got, when it does not fit */
+  if (t->info != NULL && (rc == 0 || rc == LCT_EBUFSIZE))
     *t->info = got;
-  if (got.raw_bytes > t->bytes)
-    rc = lct__fail(c, LCT_EBUFSIZE, "tensor is %llu bytes; buffer holds %zu", (unsigned long long)got.raw_bytes,
-                   t->bytes);
-  else if (got.raw_bytes > 0)
+  if (rc == 0 && got.raw_bytes > 0)
     rc = lct__device_copy(c, device, t->dptr, host, (size_t)got.raw_bytes);
   free(host);
   return rc;
@@ -754,7 +658,7 @@ static int lct__many_host(lct_client *c, int put, int device, const lct_device_t
 /* One PUT_DEVICE_MANY or GET_DEVICE_MANY for items [from, to) of one
  * allocation; on failure *failed_item is the index (from `from`) of the item
  * the server named, else 0: the request as a whole. */
-static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t to,
+static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t to, int sync,
                           size_t *failed_item) {
   size_t k = to - from;
   *failed_item = 0;
@@ -765,7 +669,7 @@ static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, si
     hi = p + t[i].bytes > hi ? p + t[i].bytes : hi;
   }
   lct__devbuf b;
-  int rc = lct__device_describe(c, (const void *)lo, hi - lo, 0, &b);
+  int rc = lct__device_describe(c, (const void *)lo, hi - lo, sync, &b);
   if (rc != 0)
     return rc;
   Lctpb__DeviceItem *items = calloc(k, sizeof *items);
@@ -818,37 +722,28 @@ static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, si
 static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, size_t *failed) {
   size_t at = n;
   int rc = 0, synced = -1;
-  for (size_t i = 0; i < n && rc == 0; i++)
-    if (t[i].key == NULL || lct_wire_key_check((const uint8_t *)t[i].key, strlen(t[i].key)) != 0) {
-      at = i;
-      rc = lct__fail(c, LCT_ENAMETOOLONG, "item %zu: key must be 1..%d bytes", i, (int)LCT_KEY_MAX);
-    } else if (t[i].dptr == NULL && t[i].bytes > 0) {
-      at = i;
-      rc = lct__fail(c, LCT_EINVAL, "item %zu: no buffer", i);
-    }
+  Lctpb__TensorMeta m;
+  for (size_t i = 0; i < n && rc == 0; i++) { /* every item is checked before any is sent */
+    at = i;
+    if (t[i].key == NULL || lct_wire_key_check((const uint8_t *)t[i].key, strlen(t[i].key)) != 0)
+      rc = lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", (int)LCT_KEY_MAX);
+    else if (t[i].dptr == NULL && t[i].bytes > 0)
+      rc = lct__fail(c, LCT_EINVAL, "no buffer");
+    else if (put)
+      rc = lct__put_meta(c, t[i].dtype, t[i].shape, t[i].ndim, t[i].bytes, &m);
+  }
+  if (rc == 0)
+    at = n;
   for (size_t from = 0, to; from < n && rc == 0; from = to) {
     int device;
     to = from + 1;
     if (t[from].bytes == 0) {
       rc = lct__many_host(c, put, -1, &t[from]); /* nothing to map */
     } else if ((rc = lct__many_group(c, put, t, from, n, &to, &device)) == 0) {
-      if (device != synced) { /* as lct_put_device: work queued on the buffers' GPU completes first */
-        int prev;
-        cudaError_t e = cudaGetDevice(&prev);
-        if (e == cudaSuccess && (e = cudaSetDevice(device)) == cudaSuccess) {
-          e = cudaDeviceSynchronize();
-          cudaError_t restore = cudaSetDevice(prev);
-          e = e != cudaSuccess ? e : restore;
-        }
-        if (e != cudaSuccess) {
-          at = from;
-          rc = lct__cuda_fail(c, e, "synchronizing the buffers' device");
-          break;
-        }
-        synced = device;
-      }
       size_t item;
-      rc = lct__many_call(c, put, t, from, to, &item);
+      /* Work queued on the buffers' GPU completes first: one synchronization per device. */
+      rc = lct__many_call(c, put, t, from, to, device != synced, &item);
+      synced = device;
       if (lct__fallback(rc)) { /* the host path, item by item */
         rc = 0;
         for (size_t i = from; i < to && rc == 0; i++)
@@ -866,6 +761,35 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
   return rc;
 }
 #endif
+
+int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
+                   const void *dptr, size_t bytes, lct_tensor_info *info) {
+#ifdef LCT_CLIENT_CUDA
+  lct_device_tensor t = {key, dtype, shape, ndim, (void *)dptr, bytes, info};
+  return lct__many(c, 1, &t, 1, NULL);
+#else
+  (void)key, (void)dtype, (void)shape, (void)ndim, (void)dptr, (void)bytes, (void)info;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_put)");
+#endif
+}
+
+int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info) {
+#ifdef LCT_CLIENT_CUDA
+  lct_device_tensor t = {key, 0, NULL, 0, dptr, cap, info};
+  int rc = lct__many(c, 0, &t, 1, NULL);
+  if (rc == LCT_EBUFSIZE && info != NULL) {
+    /* As lct_get: info tells the size needed (a device reply carries none). */
+    char saved[sizeof c->err];
+    memcpy(saved, c->err, sizeof saved);
+    lct_stat(c, key, info);
+    memcpy(c->err, saved, sizeof saved);
+  }
+  return rc;
+#else
+  (void)key, (void)dptr, (void)cap, (void)info;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
+#endif
+}
 
 int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
 #ifdef LCT_CLIENT_CUDA
@@ -972,11 +896,7 @@ int lct_list(lct_client *c, const char *prefix, const char *cursor, size_t limit
     return lct__fail(c, LCT_ENOMEM, "out of memory for a list page");
   }
   for (size_t i = 0; i < r.hdr->n_entries && rc == 0; i++) {
-    const Lctpb__ListEntry *le = r.hdr->entries[i];
-    if (le->meta->n_shape > LCT_MAX_DIMS) {
-      rc = lct__fail(c, LCT_EPROTO, "list entry with %zu dims", le->meta->n_shape);
-      break;
-    }
+    const Lctpb__ListEntry *le = r.hdr->entries[i]; /* keys and shapes checked by lct_wire_reply_parse */
     if ((page->entries[i].key = lct__strndup(le->key.data, le->key.len)) == NULL) {
       rc = lct__fail(c, LCT_ENOMEM, "out of memory for a list page");
       break;

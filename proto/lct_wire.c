@@ -2,7 +2,6 @@
 #include "lct_wire.h"
 
 #include <stdio.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "lct_error.h"
@@ -90,9 +89,15 @@ int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out) {
   Lctpb__Reply *rp = lctpb__reply__unpack(NULL, frame->header_len, frame->header);
   if (rp == NULL)
     return LCT_EPROTO;
-  int bad = rp->payload_bytes != frame->payload_len || (rp->meta != NULL && lct__meta_check(rp->meta));
+  /* A reply is held to the limits of a request: its counts, keys and shapes. */
+  int bad = rp->payload_bytes != frame->payload_len || (rp->meta != NULL && lct__meta_check(rp->meta)) ||
+            rp->n_entries > LCT_LIST_MAX || rp->n_metas > LCT_DEVICE_ITEMS_MAX ||
+            (rp->has_next_cursor && lct_wire_key_check(rp->next_cursor.data, rp->next_cursor.len));
   for (size_t i = 0; i < rp->n_metas && !bad; i++)
     bad = lct__meta_check(rp->metas[i]) != 0;
+  for (size_t i = 0; i < rp->n_entries && !bad; i++)
+    bad = lct_wire_key_check(rp->entries[i]->key.data, rp->entries[i]->key.len) != 0 ||
+          lct__meta_check(rp->entries[i]->meta) != 0;
   if (bad) {
     lctpb__reply__free_unpacked(rp, NULL);
     return LCT_EPROTO;

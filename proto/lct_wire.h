@@ -54,7 +54,8 @@ void lct_wire_prefix(uint8_t *dst, size_t header_len);
  * LCT_ENAMETOOLONG (key empty or over LCT_KEY_MAX) or LCT_EINVAL (NUL in key). */
 int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out);
 
-/* Unpacks a reply header and checks payload_bytes against the frame. */
+/* Unpacks a reply header and checks payload_bytes against the frame, and its
+ * counts, keys and shapes against the limits requests have. */
 int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out);
 
 /* This host's boot id (/proc/sys/kernel/random/boot_id, LCT_BOOT_ID_BYTES
@@ -63,12 +64,12 @@ int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out);
  * cannot be read. */
 int lct_wire_boot_id(uint8_t out[LCT_BOOT_ID_BYTES]);
 
-/* Checks a key read from the wire or from a caller: 1..LCT_KEY_MAX bytes, no NUL. */
 /* The auth token file format shared by lctd and its clients: the token is the
  * file's first line, without its line end, 1..LCT_TOKEN_MAX bytes. Returns 0,
  * LCT_EIO when the file cannot be read (errno says why), or LCT_EINVAL. */
 int lct_token_file_read(const char *path, uint8_t token[LCT_TOKEN_MAX], size_t *len);
 
+/* Checks a key read from the wire or from a caller: 1..LCT_KEY_MAX bytes, no NUL. */
 int lct_wire_key_check(const uint8_t *key, size_t len);
 
 #ifdef __cplusplus

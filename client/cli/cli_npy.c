@@ -1,6 +1,8 @@
 /* cli_npy.c — NumPy .npy headers: read dtype and shape, write them for a stored tensor. */
 #include "cli_npy.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,12 +79,19 @@ const char *cli_npy_parse(const uint8_t *buf, size_t len, cli_npy *out) {
       goto done;
     }
     char *end;
+    errno = 0;
     out->shape[out->ndim++] = strtoull(s, &end, 10);
+    if (errno == ERANGE || (*end != ',' && *end != ')' && *end != ' ')) {
+      err = "malformed .npy shape";
+      goto done;
+    }
     s = end;
   }
   char order = out->descr[0], kind = out->descr[1];
-  long size = strtol(out->descr + 2, NULL, 10);
-  if ((order != '<' && order != '|' && order != '>' && order != '=') || size <= 0 || size > 64) {
+  char *end;
+  long size = strtol(out->descr + 2, &end, 10); /* bytes per item for every kind accepted here */
+  if ((order != '<' && order != '|' && order != '>' && order != '=') || !strchr("fiubcV?", kind) || kind == '\0' ||
+      *end != '\0' || size <= 0 || size > 64) {
     err = "unsupported .npy descr";
     goto done;
   }
@@ -101,23 +110,36 @@ done:
   return err;
 }
 
+/* Appends to the text of *n bytes in buf; 0 if it does not fit (buf is then unspecified). */
+static int append(char *buf, size_t cap, size_t *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int append(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf + *n, cap - *n, fmt, ap);
+  va_end(ap);
+  if (w < 0 || (size_t)w >= cap - *n) return 0;
+  *n += (size_t)w;
+  return 1;
+}
+
 size_t cli_npy_header(const char *descr, const uint64_t *shape, int ndim, uint8_t *dst, size_t cap) {
   char dict[512];
-  int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-  for (int i = 0; i < ndim; i++)
-    n += snprintf(dict + n, sizeof dict - (size_t)n, "%llu%s", (unsigned long long)shape[i],
+  size_t n = 0;
+  int fits = append(dict, sizeof dict, &n, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+  for (int i = 0; i < ndim && fits; i++)
+    fits = append(dict, sizeof dict, &n, "%llu%s", (unsigned long long)shape[i],
                   ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
-  n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
-  size_t total = 10 + (size_t)n + 1; /* magic, version, length, dict, '\n' */
+  if (!fits || !append(dict, sizeof dict, &n, "), }")) return 0;
+  size_t total = 10 + n + 1; /* magic, version, length, dict, '\n' */
   total = (total + 63) / 64 * 64;
-  if (total > cap || (size_t)n >= sizeof dict) return 0;
+  if (total > cap) return 0;
   memcpy(dst, npy_magic, 6);
   dst[6] = 1;
   dst[7] = 0;
   dst[8] = (uint8_t)(total - 10);
   dst[9] = (uint8_t)((total - 10) >> 8);
-  memcpy(dst + 10, dict, (size_t)n);
-  memset(dst + 10 + n, ' ', total - 10 - (size_t)n - 1);
+  memcpy(dst + 10, dict, n);
+  memset(dst + 10 + n, ' ', total - 10 - n - 1);
   dst[total - 1] = '\n';
   return total;
 }

@@ -29,6 +29,12 @@ typedef struct remote_args {
   long limit;
 } remote_args;
 
+/* A stored dtype's name; a server newer than this lct may report one it does not know. */
+static const char *dtype_label(int dtype) {
+  const char *name = lct_dtype_name(dtype);
+  return name != NULL ? name : "?";
+}
+
 static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
   memset(a, 0, sizeof *a);
   for (int i = 1; i < argc; i++) {
@@ -190,7 +196,7 @@ int cli_put(int argc, char **argv) {
   char sh[128];
   format_shape(&info, sh, sizeof sh);
   printf("%s: version %" PRIu64 ", %s %s, %" PRIu64 " bytes stored as %" PRIu64 " (ratio %.3f)\n", key,
-         info.version, lct_dtype_name(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info));
+         info.version, dtype_label(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info));
   lct_close(c);
   return 0;
 }
@@ -245,7 +251,7 @@ int cli_get(int argc, char **argv) {
   char sh[128];
   format_shape(&info, sh, sizeof sh);
   printf("%s: version %" PRIu64 ", %s %s, %" PRIu64 " bytes -> %s\n", key, info.version,
-         lct_dtype_name(info.dtype), sh, info.raw_bytes, out);
+         dtype_label(info.dtype), sh, info.raw_bytes, out);
   return 0;
 }
 
@@ -276,7 +282,7 @@ int cli_stat(int argc, char **argv) {
   printf("key:          %s\ndtype:        %s\nshape:        %s\nraw bytes:    %" PRIu64
          "\nstored bytes: %" PRIu64 "\nratio:        %.4f\nversion:      %" PRIu64
          "\nchecksum:     %08" PRIx32 " (crc32c)\n",
-         a.pos[0], lct_dtype_name(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info),
+         a.pos[0], dtype_label(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info),
          info.version, info.checksum);
   return 0;
 }
@@ -292,19 +298,19 @@ int cli_ls(int argc, char **argv) {
   int rc = 0;
   do {
     lct_list_page *page;
-    size_t want = left > 0 && left < 512 ? (size_t)left : 512;
+    size_t want = left > 0 ? (size_t)left : 0; /* the server caps it, and 0 takes its default */
     if ((rc = lct_list(c, prefix, cursor, want, &page)) != 0) break;
     for (size_t i = 0; i < page->n; i++) {
       const lct_tensor_info *info = &page->entries[i].info;
       char sh[128];
       format_shape(info, sh, sizeof sh);
-      printf("%-6s %-20s %12" PRIu64 " %12" PRIu64 " %6.3f %6" PRIu64 "  %s\n", lct_dtype_name(info->dtype), sh,
+      printf("%-6s %-20s %12" PRIu64 " %12" PRIu64 " %6.3f %6" PRIu64 "  %s\n", dtype_label(info->dtype), sh,
              info->raw_bytes, info->stored_bytes, ratio(info), info->version, page->entries[i].key);
     }
     if (left > 0) left -= (long)page->n;
     free(cursor);
-    cursor = page->next_cursor;
-    page->next_cursor = NULL;
+    cursor = page->n > 0 ? page->next_cursor : NULL; /* an empty page ends the listing whatever it says */
+    if (cursor == page->next_cursor) page->next_cursor = NULL;
     lct_list_free(page);
   } while (cursor && left != 0);
   free(cursor);

@@ -24,10 +24,10 @@ int cli_read_file(const char *path, uint8_t **data, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return errno;
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+  int err = fstat(fileno(f), &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  if (err != 0) {
     fclose(f);
-    return err ? err : EINVAL;
+    return err;
   }
   size_t n = (size_t)st.st_size;
   uint8_t *buf = malloc(n ? n : 1);

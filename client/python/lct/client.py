@@ -424,15 +424,10 @@ class Client:
         if out is not None:
             host = self._call_device(_host(out, writable=True), out, True, lib.lct_get,
                                      lib.lct_get_device, lambda h: (k, h.ptr, h.nbytes, ctypes.byref(info)))
-            width = lib.lct_dtype_size(info.dtype)
-            if info.raw_bytes != host.nbytes:
-                raise _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {info.raw_bytes} "
-                             f"bytes; out has {host.nbytes}")
-            # Raw tensors hold any element type; a coded one must keep its width.
-            if info.dtype != _dtype_code("raw") and host.itemsize not in (width, 1):
-                raise _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds "
-                             f"{_dtype_name(info.dtype)}; out has {host.itemsize}-byte elements")
             host.finish()
+            error = _out_mismatch(k, info, host)
+            if error is not None:
+                raise error
             return out
         ptr = ctypes.c_void_p()
         self._call(lib.lct_get_alloc, k, ctypes.byref(ptr), ctypes.byref(info))
@@ -457,16 +452,8 @@ class Client:
         global _device_path
         infos = [None] * len(items)
         batch, single = [], []  # (index, key bytes, _Host, shape array) of CUDA tensors; others by index
-        torch = sys.modules.get("torch")
         for i, (key, value) in enumerate(items):
-            if (_device_path and torch is not None and isinstance(value, torch.Tensor) and value.is_cuda
-                    and value.is_contiguous() and value.numel() > 0):
-                # The common case (an optimizer's scratch slots), without _host's staging machinery.
-                host = _Host(value.data_ptr(), value.numel() * value.element_size(), value.shape,
-                             value.element_size(), _TORCH_DTYPES.get(str(value.dtype)),
-                             f"torch {str(value.dtype)[6:]} tensor", value, device=True)
-            else:
-                host = _host(value, writable=not put) if _device_path else None
+            host = _host(value, writable=not put) if _device_path else None
             if put and host is not None and host.natural is None:  # checked before anything is sent
                 raise TypeError(f"a {host.what} needs put() with dtype= (put_many takes the value's own)")
             if host is None or not host.device or host.nbytes == 0:
@@ -502,18 +489,11 @@ class Client:
             return infos
         first_error = None  # every staged out is filled before a mismatch is raised
         for j, (i, k, host, _) in enumerate(batch):
-            c = cinfo[j]
             if put:
-                infos[i] = _tensor_info(_key_str(k), c)
+                infos[i] = _tensor_info(_key_str(k), cinfo[j])
                 continue
             host.finish()
-            width = lib.lct_dtype_size(c.dtype)
-            if first_error is None and c.raw_bytes != host.nbytes:
-                first_error = _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {c.raw_bytes} bytes; "
-                                     f"out has {host.nbytes}")
-            elif first_error is None and c.dtype != _dtype_code("raw") and host.itemsize not in (width, 1):
-                first_error = _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds {_dtype_name(c.dtype)}; "
-                                     f"out has {host.itemsize}-byte elements")
+            first_error = first_error or _out_mismatch(k, cinfo[j], host)
         if first_error is not None:
             raise first_error
         return infos
@@ -542,7 +522,8 @@ class Client:
             try:
                 entries = page.contents.entries[:page.contents.n]
                 items = [_tensor_info(_key_str(e.key), e.info) for e in entries]
-                cursor = page.contents.next_cursor  # c_char_p: copied into bytes
+                # c_char_p: copied into bytes. An empty page ends the listing whatever it says.
+                cursor = page.contents.next_cursor if items else None
             finally:
                 lib.lct_list_free(page)
             yield from items
@@ -562,6 +543,17 @@ class Client:
         self._call(_native.lib().lct_ping, ctypes.byref(i))
         return ServerInfo(server=i.server.decode(), backend=i.backend.decode(),
                           protocol=i.protocol, frame_bytes=i.frame_bytes)
+
+
+def _out_mismatch(k, info, host):
+    """The LctError for an out that does not fit the stored tensor read into it, or None."""
+    if info.raw_bytes != host.nbytes:
+        return _error(error_code("LCT_ESIZE"), f"{_key_str(k)} holds {info.raw_bytes} bytes; out has {host.nbytes}")
+    # Raw tensors hold any element type; a coded one must keep its width.
+    if info.dtype != _dtype_code("raw") and host.itemsize not in (_native.lib().lct_dtype_size(info.dtype), 1):
+        return _error(error_code("LCT_EDTYPE"), f"{_key_str(k)} holds {_dtype_name(info.dtype)}; "
+                      f"out has {host.itemsize}-byte elements")
+    return None
 
 
 def _adopt(ptr, info):

@@ -14,7 +14,6 @@ typedef struct lct__batch_seg {
   uint64_t n;                 /* elements */
   const lct_codebook *cb;     /* encode: NULL for the raw dtype */
   uint64_t codebook_id;       /* encode: cb's lct__entry.codebook_id, the device codebook cache's key */
-  int want_crc;               /* encode: compute crc */
   const uint8_t *src;         /* encode: the raw bytes; decode: the blob */
   size_t src_bytes;           /* decode: blob bytes */
   uint8_t *dst;               /* encode: blob memory; decode: where the raw bytes go */
@@ -23,9 +22,9 @@ typedef struct lct__batch_seg {
   int rc;
   uint64_t blob_bytes;        /* encode */
   uint64_t code_bits;         /* encode: as lct_encode_stats.code_bits */
-  uint32_t crc;               /* encode with want_crc: CRC-32C of the raw bytes */
-  uint64_t *hist;             /* hist_batch: host counters (2^s) the segment's symbol counts are added to;
-                                 consecutive segments of one tensor share them */
+  uint32_t crc;               /* encode: CRC-32C of the raw bytes */
+  uint64_t *hist;             /* hist_batch: host counters (2^s) the segment's symbol counts are added to
+                                 (consecutive segments of one tensor share them), or NULL: none taken */
 } lct__batch_seg;
 
 /* A backend owns blob memory (host memory for cpu, a device region reserved

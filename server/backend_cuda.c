@@ -227,21 +227,18 @@ static int lct__batch_codebook(lct__cuda_batch *b, const lct__batch_seg *seg, lc
 /* Encodes segs[0..k) (k <= LCT__BATCH_GROUP), a group whose codebooks are in
  * place, and waits; fills their results. */
 static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
-  size_t n_crc = 0;
   uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
   uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
   for (size_t i = 0; i < k; i++) {
     b->enc[i].blob_bytes = &blob[i];
     b->enc[i].code_bits = &b->bits[i];
-    if (segs[i].want_crc)
-      b->crc[n_crc++] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
+    b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
   }
-  if (lct_cuda_crc32c_batch_workspace_size(b->crc, n_crc) > b->crc_work_bytes ||
+  if (lct_cuda_crc32c_batch_workspace_size(b->crc, k) > b->crc_work_bytes ||
       lct_cuda_encode_workspace_size(b->enc, k) > b->work_bytes)
     return LCT_EBUFSIZE; /* the caller splits the group */
   int rc;
-  if (n_crc > 0 &&
-      (rc = lct_cuda_crc32c_batch(b->crc, n_crc, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
+  if ((rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemsetAsync(b->bits, 0, k * sizeof *b->bits, b->stream));
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
@@ -251,7 +248,7 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
   for (size_t i = 0; i < k; i++) {
     segs[i].blob_bytes = blob[i];
     segs[i].code_bits = bits[i];
-    segs[i].crc = segs[i].want_crc ? crc[i] : 0;
+    segs[i].crc = crc[i];
     segs[i].rc = blob[i] <= segs[i].cap ? 0 : LCT_ECUDA;
   }
   return 0;
@@ -306,14 +303,19 @@ static int lct__batch_decode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
   return rc;
 }
 
-/* Histograms of segs[0..k), whose hist pointers take at most
- * LCT__BATCH_HISTS distinct runs: one slot each, one copy back, one wait. */
+/* Histograms of the segments of segs[0..k) that have a hist (consecutive
+ * segments of a tensor share it), at most LCT__BATCH_HISTS distinct: a slot
+ * each, one copy back, one wait. */
 static int lct__batch_hist_group(lct__cuda_batch *b, const lct__batch_seg *segs, size_t k, size_t slots) {
   const size_t bytes = slots * LCT__CUDA_SYMS * sizeof(uint64_t);
   LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, bytes, b->stream));
+  const uint64_t *last = NULL;
   size_t slot = 0;
   for (size_t i = 0; i < k; i++) {
-    slot += i > 0 && segs[i].hist != segs[i - 1].hist;
+    if (segs[i].hist == NULL)
+      continue;
+    slot += last != NULL && segs[i].hist != last;
+    last = segs[i].hist;
     int rc = segs[i].n ? lct_cuda_histogram(segs[i].dtype, segs[i].src, segs[i].n, b->hist + slot * LCT__CUDA_SYMS,
                                             b->stream)
                        : 0;
@@ -322,11 +324,13 @@ static int lct__batch_hist_group(lct__cuda_batch *b, const lct__batch_seg *segs,
   }
   LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
+  last = NULL;
   slot = 0;
   for (size_t i = 0; i < k; i++) {
-    if (i > 0 && segs[i].hist == segs[i - 1].hist)
+    if (segs[i].hist == NULL || segs[i].hist == last)
       continue;
-    slot += i > 0;
+    slot += last != NULL;
+    last = segs[i].hist;
     size_t len = (size_t)1 << lct_dtype_symbol_bits(segs[i].dtype);
     for (size_t j = 0; j < len; j++)
       segs[i].hist[j] += b->hist_pinned[slot * LCT__CUDA_SYMS + j];
@@ -335,17 +339,24 @@ static int lct__batch_hist_group(lct__cuda_batch *b, const lct__batch_seg *segs,
 }
 
 static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
-  int rc = 0;
-  for (size_t done = 0; done < n && rc == 0;) {
-    size_t k = 1, slots = 1;
-    while (done + k < n && (segs[done + k].hist == segs[done + k - 1].hist || slots < LCT__BATCH_HISTS)) {
-      slots += segs[done + k].hist != segs[done + k - 1].hist;
-      k++;
+  for (size_t done = 0; done < n;) {
+    size_t k = 0, slots = 0;
+    const uint64_t *last = NULL;
+    for (; done + k < n; k++) {
+      const uint64_t *h = segs[done + k].hist;
+      if (h == NULL || h == last)
+        continue;
+      if (slots == LCT__BATCH_HISTS)
+        break;
+      slots++;
+      last = h;
     }
-    rc = lct__batch_hist_group(b, segs + done, k, slots);
+    int rc = slots > 0 ? lct__batch_hist_group(b, segs + done, k, slots) : 0;
+    if (rc != 0)
+      return rc;
     done += k;
   }
-  return rc;
+  return 0;
 }
 
 /* Runs a batch pass on the backend's device, one batch at a time (each fills

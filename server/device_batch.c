@@ -31,6 +31,7 @@ typedef struct lct__batch_job {
   uint64_t *hists;        /* put: 2^s counters per item, when any item takes a histogram */
   size_t hist_len;
   int round;
+  size_t rebuilds;        /* ENCODE round: items that take a histogram with it */
   int rc;                 /* worker: argument or CUDA error of the round */
   lct__batch_cb cb;
   void *arg;
@@ -50,8 +51,8 @@ static void lct__batch_free(lct__batch_job *job) {
   free(job);
 }
 
-static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, size_t n, size_t n_segs,
-                                      lct__batch_cb cb, void *arg) {
+static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, size_t n, lct__batch_cb cb,
+                                      void *arg) {
   lct__batch_job *job = calloc(1, sizeof *job);
   if (job == NULL)
     return NULL;
@@ -60,10 +61,8 @@ static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, 
   job->n_items = n;
   job->cb = cb;
   job->arg = arg;
-  job->n_segs = n_segs;
   job->first = calloc(n + 1, sizeof *job->first);
-  job->segs = calloc(n_segs ? n_segs : 1, sizeof *job->segs);
-  if (job->first == NULL || job->segs == NULL) {
+  if (job->first == NULL) {
     lct__batch_free(job);
     return NULL;
   }
@@ -73,34 +72,6 @@ static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, 
 
 static void lct__batch_done(uv_work_t *w, int status);
 
-/* Runs op on the segments of the items whose hist_of is why: gathered into
- * one array for the backend, their results scattered back. */
-static int lct__batch_some(lct__batch_job *job, int (*op)(void *, lct__batch_seg *, size_t), int why) {
-  const lct__backend *be = lct__pool_backend(job->srv->pool);
-  size_t k = 0;
-  for (size_t i = 0; i < job->n_items; i++)
-    if (job->hist_of[i] == why)
-      k += job->first[i + 1] - job->first[i];
-  if (k == 0)
-    return 0;
-  lct__batch_seg *picked = malloc(k * sizeof *picked);
-  if (picked == NULL)
-    return LCT_ENOMEM;
-  k = 0;
-  for (size_t i = 0; i < job->n_items; i++)
-    if (job->hist_of[i] == why)
-      for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
-        picked[k++] = job->segs[s];
-  int rc = op(be->ctx, picked, k);
-  k = 0;
-  for (size_t i = 0; i < job->n_items; i++)
-    if (job->hist_of[i] == why)
-      for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
-        job->segs[s] = picked[k++];
-  free(picked);
-  return rc;
-}
-
 static void lct__batch_run(uv_work_t *w) {
   lct__batch_job *job = w->data;
   const lct__backend *be = lct__pool_backend(job->srv->pool);
@@ -109,10 +80,10 @@ static void lct__batch_run(uv_work_t *w) {
     job->rc = be->ops->decode_batch(be->ctx, job->segs, job->n_segs);
     return;
   case LCT__BATCH_HIST:
-    job->rc = lct__batch_some(job, be->ops->hist_batch, LCT__HIST_FIRST);
+    job->rc = be->ops->hist_batch(be->ctx, job->segs, job->n_segs);
     return;
   default:
-    job->rc = lct__batch_some(job, be->ops->hist_batch, LCT__HIST_REBUILD);
+    job->rc = job->rebuilds ? be->ops->hist_batch(be->ctx, job->segs, job->n_segs) : 0;
     if (job->rc == 0)
       job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs);
   }
@@ -120,6 +91,14 @@ static void lct__batch_run(uv_work_t *w) {
 
 static void lct__batch_queue(lct__batch_job *job, int round) {
   job->round = round;
+  /* The histograms this round takes: first puts' in HIST, rebuilds' with the encode. */
+  int why = round == LCT__BATCH_HIST ? LCT__HIST_FIRST : LCT__HIST_REBUILD;
+  job->rebuilds = 0;
+  for (size_t i = 0; job->hist_of != NULL && i < job->n_items; i++) {
+    job->rebuilds += round == LCT__BATCH_ENCODE && job->hist_of[i] == LCT__HIST_REBUILD;
+    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+      job->segs[s].hist = job->hist_of[i] == why ? job->hists + i * job->hist_len : NULL;
+  }
   job->work.data = job;
   int rc = uv_queue_work(job->srv->loop, &job->work, lct__batch_run, lct__batch_done);
   assert(rc == 0 && "uv_queue_work with a valid loop and callback");
@@ -258,7 +237,7 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
                          size_t *failed) {
   *failed = n;
   size_t n_segs = 0;
-  lct__batch_job *job = lct__batch_new(srv, items, n, 0, cb, arg);
+  lct__batch_job *job = lct__batch_new(srv, items, n, cb, arg);
   if (job == NULL || (job->built = calloc(n, sizeof *job->built)) == NULL ||
       (job->hist_of = calloc(n, 1)) == NULL) {
     if (job != NULL)
@@ -283,19 +262,16 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
     if (got != 1 && len > job->hist_len) /* room for the widest alphabet */
       job->hist_len = len;
   }
-  lct__batch_seg *segs = rc == 0 ? calloc(n_segs, sizeof *segs) : NULL;
-  if (rc == 0 && segs == NULL)
+  if (rc == 0 && (job->segs = calloc(n_segs, sizeof *job->segs)) == NULL)
     rc = LCT_ENOMEM;
   if (rc == 0 && job->hist_len > 0 && (job->hists = calloc(n * job->hist_len, sizeof *job->hists)) == NULL)
     rc = LCT_ENOMEM;
   if (rc != 0) {
-    free(segs);
     lct__batch_free(job);
     return rc;
   }
-  free(job->segs);
-  job->segs = segs;
   job->n_segs = n_segs;
+  lct__batch_seg *segs = job->segs;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     const lct__entry *e = job->built[i];
@@ -305,11 +281,9 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
       lct__batch_seg *bs = &segs[k];
       bs->dtype = e->dtype;
       bs->n = sg->raw_bytes / lct_dtype_size(e->dtype);
-      bs->want_crc = 1;
       bs->src = items[i].device + sg->raw_offset;
       bs->dst = sg->blob;
       bs->cap = sg->alloc_bytes;
-      bs->hist = job->hist_of[i] != LCT__HIST_NONE ? job->hists + i * job->hist_len : NULL;
     }
   }
   job->first[n] = k;
@@ -324,9 +298,13 @@ int lct__batch_get_start(lct__server *srv, lct__batch_item *items, size_t n, lct
   for (size_t i = 0; i < n; i++)
     if (items[i].entry->raw_bytes > 0)
       n_segs += items[i].entry->n_segments;
-  lct__batch_job *job = lct__batch_new(srv, items, n, n_segs, cb, arg);
-  if (job == NULL)
+  lct__batch_job *job = lct__batch_new(srv, items, n, cb, arg);
+  if (job == NULL || (job->segs = calloc(n_segs ? n_segs : 1, sizeof *job->segs)) == NULL) {
+    if (job != NULL)
+      lct__batch_free(job);
     return LCT_ENOMEM;
+  }
+  job->n_segs = n_segs;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     const lct__entry *e = items[i].entry;

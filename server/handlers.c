@@ -221,6 +221,28 @@ static int lct__need_key(lct__request *rq) {
 
 /* Checks a put's declaration, and its key and size against max_key_length
  * and max_tensor_size; replies itself on failure. */
+/* A put's declaration from its meta, within max_tensor_size: 0, or an error
+ * code with its reason in why. */
+static int lct__decl_check(const lct__config *cfg, const Lctpb__TensorMeta *m, lct__put_decl *d, char *why,
+                           size_t why_len) {
+  int rc = lct__put_decl_parse(m, d);
+  if (rc == 0 && cfg->max_tensor_size != 0 && d->raw_bytes > cfg->max_tensor_size) {
+    snprintf(why, why_len, "tensor of %" PRIu64 " bytes exceeds max_tensor_size %" PRIu64, d->raw_bytes,
+             cfg->max_tensor_size);
+    return LCT_E2BIG;
+  }
+  if (rc == LCT_ESIZE)
+    snprintf(why, why_len, "raw_bytes %" PRIu64 " disagrees with dtype and shape (%" PRIu64 ")", m->raw_bytes,
+             d->raw_bytes);
+  else if (rc == LCT_EDTYPE)
+    snprintf(why, why_len, "unknown dtype %u", m->dtype);
+  else if (rc == LCT_E2BIG)
+    snprintf(why, why_len, "shape product overflows");
+  else if (rc != 0)
+    snprintf(why, why_len, "put needs meta with a dtype (and shape)");
+  return rc;
+}
+
 static int lct__decl_or_reply(lct__request *rq, lct__put_decl *d) {
   const lct__config *cfg = &rq->srv->cfg;
   if (rq->hdr->key.len > (size_t)cfg->max_key_length) {
@@ -228,25 +250,11 @@ static int lct__decl_or_reply(lct__request *rq, lct__put_decl *d) {
                      rq->hdr->key.len, cfg->max_key_length);
     return 0;
   }
-  int rc = lct__put_decl_parse(rq->hdr->meta, d);
-  if (rc == 0 && cfg->max_tensor_size != 0 && d->raw_bytes > cfg->max_tensor_size) {
-    lct__reply_error(rq, LCT_E2BIG, "tensor of %" PRIu64 " bytes exceeds max_tensor_size %" PRIu64,
-                     d->raw_bytes, cfg->max_tensor_size);
-    return 0;
-  }
-  if (rc == 0)
-    return 1;
-  const Lctpb__TensorMeta *m = rq->hdr->meta;
-  if (rc == LCT_ESIZE)
-    lct__reply_error(rq, rc, "raw_bytes %" PRIu64 " disagrees with dtype and shape (%" PRIu64 ")",
-                     m->raw_bytes, d->raw_bytes);
-  else if (rc == LCT_EDTYPE)
-    lct__reply_error(rq, rc, "unknown dtype %u", m->dtype);
-  else if (rc == LCT_E2BIG)
-    lct__reply_error(rq, rc, "shape product overflows");
-  else
-    lct__reply_error(rq, rc, "put needs meta with a dtype (and shape)");
-  return 0;
+  char why[160];
+  int rc = lct__decl_check(cfg, rq->hdr->meta, d, why, sizeof why);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "%s", why);
+  return rc == 0;
 }
 
 static void lct__reply_nospc(lct__request *rq, uint64_t need) {
@@ -363,8 +371,11 @@ static void lct__op_put_chunk(lct__request *rq) {
   }
   if (len > 0) {
     /* The put keeps the message: no copy of the payload. */
-    if (lct__staging_add(rq->srv->staging, p, rq->msg, rq->frame.payload, len) != 0) {
-      lct__reply_error(rq, LCT_ENOMEM, "out of memory recording a chunk");
+    size_t msg_bytes = LCT_WIRE_PREFIX_BYTES + rq->frame.header_len + len;
+    if (lct__staging_add(rq->srv->staging, p, rq->msg, msg_bytes, rq->frame.payload, len) != 0) {
+      lct__reply_error(rq, LCT_ENOMEM, "staging full: %" PRIu64 " of %" PRIu64 " bytes held; this chunk's "
+                       "message needs %zu beyond its payload", rq->srv->stats.staging_bytes,
+                       rq->srv->cfg.staging_memory, msg_bytes - len);
       return;
     }
     rq->msg = NULL;
@@ -480,15 +491,12 @@ static void lct__reply_fallback(lct__request *rq, int reason, const char *why) {
   lct__reply_error(rq, LCT_ENOIPC, "%s; use the host path", why);
 }
 
-/* Maps the request's device buffer, which must hold raw_bytes (exactly for a
- * put, at least for a get) and start aligned to esize (allocations start at
- * least 256-byte aligned, so its offset tells), and points *ptr at it;
- * replies itself and returns 0 on failure. The mapping is released with the
- * request. */
-static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact, size_t esize, uint8_t **ptr) {
-  lct__server *srv = rq->srv;
+/* The device buffer of PUT_DEVICE or GET_DEVICE: present, holding raw_bytes
+ * (exactly for a put, at least for a get), starting aligned to esize
+ * (allocations start at least 256-byte aligned, so its offset tells); replies
+ * itself and returns 0 otherwise. */
+static int lct__device_fits_or_reply(lct__request *rq, uint64_t raw_bytes, int exact, size_t esize) {
   const Lctpb__DeviceBuffer *d = rq->hdr->device;
-  const lct__backend *be = lct__pool_backend(srv->pool);
   if (d == NULL) {
     lct__reply_error(rq, LCT_EINVAL, "this operation needs a device buffer");
     return 0;
@@ -507,6 +515,17 @@ static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact,
     lct__reply_error(rq, LCT_EINVAL, "device buffer not aligned to its %zu-byte elements", esize);
     return 0;
   }
+  return 1;
+}
+
+/* Maps the request's (checked) device buffer and points *ptr at it; replies
+ * itself and returns 0 on failure, LCT_ENOIPC (counted by reason) where the
+ * buffer cannot be reached device to device. The mapping is released with
+ * the request. */
+static int lct__device_or_reply(lct__request *rq, uint8_t **ptr) {
+  lct__server *srv = rq->srv;
+  const Lctpb__DeviceBuffer *d = rq->hdr->device;
+  const lct__backend *be = lct__pool_backend(srv->pool);
   if (be->ops->ipc_map == NULL) {
     lct__reply_fallback(rq, LCT__FALLBACK_CPU_BACKEND, "this lctd keeps tensors in host memory (cpu backend)");
     return 0;
@@ -544,13 +563,6 @@ static int lct__device_or_reply(lct__request *rq, uint64_t raw_bytes, int exact,
 
 /* ---- many tensors in one device buffer (PUT_DEVICE_MANY, GET_DEVICE_MANY) -- */
 
-static uint64_t lct__key_hash(const uint8_t *k, size_t len) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ k[i]) * 1099511628211ull;
-  return h;
-}
-
 typedef struct lct__keyref {
   uint64_t hash;
   size_t index;
@@ -568,7 +580,7 @@ static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t 
   if (refs == NULL)
     return -1;
   for (size_t i = 0; i < n; i++)
-    refs[i] = (lct__keyref){lct__key_hash(items[i]->key.data, items[i]->key.len), i};
+    refs[i] = (lct__keyref){lct__key_hash(items[i]->key.data, items[i]->key.len, LCT__FNV_BASIS), i};
   qsort(refs, n, sizeof *refs, lct__keyref_cmp);
   int ok = 1;
   for (size_t i = 1; i < n && ok; i++) {
@@ -650,7 +662,7 @@ static int lct__batch_map_or_reply(lct__request *rq) {
     }
   }
   uint8_t *span;
-  if (!lct__device_or_reply(rq, h->device->size, 1, 1, &span))
+  if (!lct__device_or_reply(rq, &span))
     return 0;
   for (size_t i = 0; i < rq->n_batch; i++)
     rq->batch[i].device = span + h->items[i]->offset;
@@ -733,7 +745,8 @@ static void lct__op_put_device(lct__request *rq) {
   }
   uint8_t *src;
   lct__batch_item *b;
-  if (!lct__device_or_reply(rq, d.raw_bytes, 1, lct_dtype_size(d.dtype), &src) || (b = lct__batch_one(rq)) == NULL)
+  if (!lct__device_fits_or_reply(rq, d.raw_bytes, 1, lct_dtype_size(d.dtype)) || !lct__device_or_reply(rq, &src) ||
+      (b = lct__batch_one(rq)) == NULL)
     return;
   b->decl = d;
   b->device = src;
@@ -744,8 +757,8 @@ static void lct__op_get_device(lct__request *rq) {
   lct__entry *e = lct__find_to_read(rq);
   uint8_t *dst;
   lct__batch_item *b;
-  if (e == NULL || !lct__device_or_reply(rq, e->raw_bytes, 0, lct_dtype_size(e->dtype), &dst) ||
-      (b = lct__batch_one(rq)) == NULL)
+  if (e == NULL || !lct__device_fits_or_reply(rq, e->raw_bytes, 0, lct_dtype_size(e->dtype)) ||
+      !lct__device_or_reply(rq, &dst) || (b = lct__batch_one(rq)) == NULL)
     return;
   lct__entry_ref(e); /* dropped with the request */
   b->entry = e;
@@ -762,19 +775,14 @@ static void lct__op_put_device_many(lct__request *rq) {
   for (size_t i = 0; i < rq->n_batch; i++) {
     const Lctpb__DeviceItem *it = rq->hdr->items[i];
     lct__batch_item *b = &rq->batch[i];
-    int rc = lct__put_decl_parse(it->meta, &b->decl);
-    if (rc == 0 && cfg->max_tensor_size != 0 && b->decl.raw_bytes > cfg->max_tensor_size) {
-      lct__reply_item_error(rq, LCT_E2BIG, i, "tensor of %" PRIu64 " bytes exceeds max_tensor_size %" PRIu64,
-                            b->decl.raw_bytes, cfg->max_tensor_size);
-      return;
-    }
-    if (rc == 0 && it->size != b->decl.raw_bytes)
+    char why[160];
+    int rc = lct__decl_check(cfg, it->meta, &b->decl, why, sizeof why);
+    if (rc == 0 && it->size != b->decl.raw_bytes) {
       rc = LCT_ESIZE;
+      snprintf(why, sizeof why, "size %" PRIu64 "; dtype and shape make %" PRIu64, it->size, b->decl.raw_bytes);
+    }
     if (rc != 0) {
-      lct__reply_item_error(rq, rc, i, "%s", rc == LCT_EDTYPE  ? "unknown dtype"
-                                             : rc == LCT_E2BIG ? "shape product overflows"
-                                             : rc == LCT_ESIZE ? "size disagrees with dtype and shape"
-                                                               : "needs meta with a dtype (and shape)");
+      lct__reply_item_error(rq, rc, i, "%s", why);
       return;
     }
     b->key = it->key.data;

@@ -60,11 +60,7 @@ static uint64_t lct__get64(const uint8_t *p) {
 
 /* The key's file name: two 64-bit FNV-1a hashes (different offset bases) in hex. */
 static void lct__snap_name(const uint8_t *key, size_t len, char name[LCT__SNAP_NAME + 1]) {
-  uint64_t a = UINT64_C(0xcbf29ce484222325), b = UINT64_C(0x84222325cbf29ce4);
-  for (size_t i = 0; i < len; i++) {
-    a = (a ^ key[i]) * UINT64_C(0x100000001b3);
-    b = (b ^ key[i]) * UINT64_C(0x100000001b3);
-  }
+  uint64_t a = lct__key_hash(key, len, LCT__FNV_BASIS), b = lct__key_hash(key, len, UINT64_C(0x84222325cbf29ce4));
   snprintf(name, LCT__SNAP_NAME + 1, "%016" PRIx64 "%016" PRIx64 LCT__SNAP_SUFFIX, a, b);
 }
 
@@ -296,6 +292,11 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
   e->version = lct__get64(head + 96);
   e->checksum = lct__get32(head + 104);
   e->persisted = 1;
+  *why = "version out of range";
+  if (e->version == 0 || e->version >= UINT64_C(1) << 63) { /* later versions count on from it */
+    rc = LCT_ECORRUPT;
+    goto fail;
+  }
   /* Segments: contiguous, all of the first one's size but a shorter last
    * one (what a ranged get relies on), blobs within the file. */
   uint64_t raw_off = 0, blob_total = 0, width = lct_dtype_size((int)dtype);
@@ -315,6 +316,9 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
         (i > 0 && sg->raw_bytes > e->segments[0].raw_bytes) ||
         (i > 0 && i + 1 < n_seg && sg->raw_bytes != e->segments[0].raw_bytes) ||
         (i + 1 < n_seg && sg->raw_bytes == 0) || blob > budget - blob_total)
+      goto fail;
+    *why = "segment larger than segment_size (decoders hold one segment at a time)";
+    if (sg->raw_bytes > srv->cfg.segment_size)
       goto fail;
     sg->blob_bytes = (size_t)blob;
     raw_off += sg->raw_bytes;

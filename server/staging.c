@@ -14,7 +14,6 @@ struct lct__staging {
   lct__server *srv;
   lct__pending *buckets[LCT__STAGING_BUCKETS];
   uint64_t next_id;
-  uint64_t count; /* linked puts */
   uv_timer_t timer;
   int timer_open;
 };
@@ -27,7 +26,7 @@ static lct__pending **lct__staging_slot(lct__staging *st, uint64_t id) {
 }
 
 static void lct__staging_free(lct__staging *st, lct__pending *p) {
-  st->srv->stats.staging_bytes -= p->decl.raw_bytes;
+  st->srv->stats.staging_bytes -= p->decl.raw_bytes + p->framing;
   for (size_t i = 0; i < p->n_pieces; i++)
     nn_freemsg(p->pieces[i].msg);
   free(p->pieces);
@@ -47,7 +46,6 @@ static void lct__staging_sweep(uv_timer_t *t) {
         continue;
       }
       *pp = p->next;
-      st->count--;
       st->srv->stats.pending_puts--;
       st->srv->stats.puts_expired++;
       lct__log_info("put %016llx of '%.*s' expired after %llu of %llu bytes",
@@ -103,7 +101,7 @@ void lct__staging_destroy(lct__staging *st) {
 int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
                        const lct__put_decl *decl, lct__pending **out) {
   lct__stats *stats = &st->srv->stats;
-  if (st->count >= (uint64_t)st->srv->cfg.max_pending_puts ||
+  if (stats->pending_puts >= (uint64_t)st->srv->cfg.max_pending_puts ||
       decl->raw_bytes > st->srv->cfg.staging_memory - stats->staging_bytes ||
       stats->staging_bytes > st->srv->cfg.staging_memory)
     return LCT_ENOMEM;
@@ -123,7 +121,6 @@ int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
   p->last_active = uv_now(st->srv->loop);
   lct__pending **slot = lct__staging_slot(st, p->id);
   *slot = p;
-  st->count++;
   stats->pending_puts++;
   stats->staging_bytes += decl->raw_bytes;
   *out = p;
@@ -134,7 +131,13 @@ lct__pending *lct__staging_find(lct__staging *st, uint64_t id) {
   return *lct__staging_slot(st, id);
 }
 
-int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, const uint8_t *bytes, size_t len) {
+int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,
+                     size_t len) {
+  lct__stats *stats = &st->srv->stats;
+  uint64_t framing = msg_bytes - len; /* kept with the payload: counted, or tiny chunks with big headers
+                                         would hold far more memory than the budget */
+  if (framing > st->srv->cfg.staging_memory - stats->staging_bytes || stats->staging_bytes > st->srv->cfg.staging_memory)
+    return LCT_ENOMEM;
   if (p->n_pieces == p->cap_pieces) {
     size_t cap = p->cap_pieces ? 2 * p->cap_pieces : 8;
     lct__piece *pieces = realloc(p->pieces, cap * sizeof *pieces);
@@ -145,6 +148,8 @@ int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, const uint8_t
   }
   p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, p->received, len};
   p->received += len;
+  p->framing += framing;
+  stats->staging_bytes += framing;
   return 0;
 }
 
@@ -153,7 +158,6 @@ void lct__staging_take(lct__staging *st, lct__pending *p) {
   if (*slot == p) {
     *slot = p->next;
     p->next = NULL;
-    st->count--;
     st->srv->stats.pending_puts--;
   }
 }

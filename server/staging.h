@@ -16,6 +16,7 @@ typedef struct lct__pending {
   lct__piece *pieces; /* the chunks received, in order */
   size_t n_pieces, cap_pieces;
   uint64_t received;  /* bytes [0, received) have arrived, in order */
+  uint64_t framing;   /* bytes of the kept messages beyond their payloads (prefixes, headers) */
   uint64_t last_active; /* uv_now() of the last chunk */
 } lct__pending;
 
@@ -29,13 +30,17 @@ void lct__staging_stop(lct__staging *st);
 void lct__staging_destroy(lct__staging *st);
 
 /* Opens a put: LCT_ENOMEM when the staging budget (decl.raw_bytes is
- * reserved for it) or the count of pending puts would be exceeded. */
+ * reserved for it) or the count of pending puts (stats.pending_puts) would
+ * be exceeded. */
 int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
                        const lct__put_decl *decl, lct__pending **out);
 lct__pending *lct__staging_find(lct__staging *st, uint64_t id);
-/* Appends len bytes at p->received that sit in the nanomsg message msg; the
- * put takes msg over on success (0), LCT_ENOMEM otherwise. */
-int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, const uint8_t *bytes, size_t len);
+/* Appends len bytes at p->received that sit in the nanomsg message msg of
+ * msg_bytes; the put takes msg over on success (0). The message's bytes
+ * beyond the payload count against the staging budget too: LCT_ENOMEM when
+ * they do not fit (or out of memory). */
+int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,
+                     size_t len);
 /* Unlinks a put so no chunk can reach it; its bytes stay counted until
  * lct__staging_release. */
 void lct__staging_take(lct__staging *st, lct__pending *p);

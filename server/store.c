@@ -52,13 +52,10 @@ void lct__entry_unref(lct__entry *e) {
   free(e);
 }
 
-/* FNV-1a, 64-bit. */
-static uint64_t lct__hash(const uint8_t *key, size_t len) {
-  uint64_t h = UINT64_C(0xcbf29ce484222325);
-  for (size_t i = 0; i < len; i++) {
-    h ^= key[i];
-    h *= UINT64_C(0x100000001b3);
-  }
+uint64_t lct__key_hash(const uint8_t *key, size_t len, uint64_t basis) {
+  uint64_t h = basis;
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ key[i]) * UINT64_C(0x100000001b3);
   return h;
 }
 
@@ -100,7 +97,7 @@ static lct__entry **lct__slot(const lct__store *s, const uint8_t *key, size_t le
 }
 
 lct__entry *lct__store_find(const lct__store *s, const uint8_t *key, size_t len) {
-  return *lct__slot(s, key, len, lct__hash(key, len));
+  return *lct__slot(s, key, len, lct__key_hash(key, len, LCT__FNV_BASIS));
 }
 
 /* Doubles the table; on allocation failure the table just stays denser. */
@@ -151,13 +148,13 @@ static void lct__publish(lct__store *s, lct__entry *e) {
 }
 
 void lct__store_install(lct__store *s, lct__entry *e) {
-  e->hash = lct__hash(e->key, e->key_len);
+  e->hash = lct__key_hash(e->key, e->key_len, LCT__FNV_BASIS);
   e->version = s->next_version++;
   lct__publish(s, e);
 }
 
 void lct__store_restore(lct__store *s, lct__entry *e) {
-  e->hash = lct__hash(e->key, e->key_len);
+  e->hash = lct__key_hash(e->key, e->key_len, LCT__FNV_BASIS);
   const lct__entry *cur = *lct__slot(s, e->key, e->key_len, e->hash);
   if (cur != NULL && cur->version >= e->version) {
     lct__entry_unref(e);
@@ -175,7 +172,7 @@ void lct__store_each(const lct__store *s, void (*fn)(void *arg, lct__entry *e), 
 }
 
 int lct__store_remove(lct__store *s, const uint8_t *key, size_t len) {
-  lct__entry **p = lct__slot(s, key, len, lct__hash(key, len));
+  lct__entry **p = lct__slot(s, key, len, lct__key_hash(key, len, LCT__FNV_BASIS));
   lct__entry *e = *p;
   if (e == NULL)
     return LCT_ENOENT;

@@ -48,6 +48,10 @@ typedef struct lct__entry {
   int persisted;            /* persist_dir holds this version (the one mutable field) */
 } lct__entry;
 
+/* FNV-1a, 64-bit, of a key from basis (LCT__FNV_BASIS, the standard one). */
+#define LCT__FNV_BASIS UINT64_C(0xcbf29ce484222325)
+uint64_t lct__key_hash(const uint8_t *key, size_t len, uint64_t basis);
+
 /* A new entry holding one reference, with n_segments zeroed segments. */
 int lct__entry_new(lct__pool *pool, const uint8_t *key, size_t key_len, size_t n_segments,
                    lct__entry **out);

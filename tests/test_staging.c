@@ -1,5 +1,6 @@
 /* test_staging.c — chunked puts before commit: budgets, take/release accounting, idle expiry on the loop. */
 #include <criterion/criterion.h>
+#include <nanomsg/nn.h>
 #include <string.h>
 
 #include "staging.h"
@@ -62,6 +63,24 @@ Test(staging, budgets) {
   lct__staging_release(srv.staging, a);
   cr_assert_eq(srv.stats.staging_bytes, 400);
   cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"e", 1, &d0, &e), 0);
+}
+
+Test(staging, message_framing_counts) {
+  /* A chunk's message is kept whole: its bytes beyond the payload count, so
+   * that small chunks with large headers cannot hold more than the budget. */
+  lct__put_decl d = decl(600);
+  lct__pending *p;
+  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"a", 1, &d, &p), 0);
+  void *m1 = nn_allocmsg(300, 0), *m2 = nn_allocmsg(500, 0);
+  cr_assert_eq(lct__staging_add(srv.staging, p, m1, 300, (const uint8_t *)m1 + 200, 100), 0);
+  cr_assert_eq(srv.stats.staging_bytes, 800, "600 declared and 200 of framing");
+  cr_assert_eq(lct__staging_add(srv.staging, p, m2, 500, (const uint8_t *)m2 + 300, 200), LCT_ENOMEM,
+               "300 more of framing exceed the budget of 1000");
+  nn_freemsg(m2); /* refused: the caller keeps it */
+  cr_assert_eq(srv.stats.staging_bytes, 800);
+  cr_assert_eq(p->received, 100);
+  lct__staging_take(srv.staging, p);
+  lct__staging_release(srv.staging, p);
 }
 
 static void stop_loop(uv_timer_t *t) { uv_stop(t->loop); }

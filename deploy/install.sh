@@ -14,9 +14,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build prefix=/usr/local make_user=1 reload=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --build) build=$2; shift 2 ;;
+    --build) build=${2:?install.sh: --build needs a directory}; shift 2 ;;
     --build=*) build=${1#*=}; shift ;;
-    --prefix) prefix=$2; shift 2 ;;
+    --prefix) prefix=${2:?install.sh: --prefix needs a directory}; shift 2 ;;
     --prefix=*) prefix=${1#*=}; shift ;;
     --no-user) make_user=0; shift ;;
     --no-systemctl) reload=0; shift ;;
@@ -24,7 +24,8 @@ while [ $# -gt 0 ]; do
     *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-case $prefix in /*) ;; *) echo "install.sh: --prefix must be an absolute path" >&2; exit 2 ;; esac
+# It goes into the unit file by sed: a plain absolute path only.
+[[ $prefix =~ ^/[A-Za-z0-9._/-]*$ ]] || { echo "install.sh: --prefix must be an absolute path of letters, digits, . _ - /" >&2; exit 2; }
 dest=${DESTDIR:-}
 if [ -n "$dest" ]; then make_user=0 reload=0; fi
 [ -x "$build/bin/lctd" ] || { echo "install.sh: $build/bin/lctd not found: build first" >&2; exit 1; }

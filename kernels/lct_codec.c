@@ -174,9 +174,9 @@ __attribute__((target("bmi2"))) static void pack_mantissas_bmi2(const uint8_t *s
 
 static void pack_mantissas(const uint8_t *src, uint64_t n, unsigned width, unsigned m, unsigned trim, unsigned keep,
                            uint8_t *mant, uint64_t mant_bytes) {
-  static int has_bmi2 = -1;
-  if (has_bmi2 < 0) has_bmi2 = __builtin_cpu_supports("bmi2");
-  (has_bmi2 ? pack_mantissas_bmi2 : pack_mantissas_scalar)(src, n, width, m, trim, keep, mant, mant_bytes);
+  /* A load of the CPU model libgcc filled at start: no lazy state shared between threads. */
+  (__builtin_cpu_supports("bmi2") ? pack_mantissas_bmi2 : pack_mantissas_scalar)(src, n, width, m, trim, keep, mant,
+                                                                                 mant_bytes);
 }
 #else
 #define pack_mantissas pack_mantissas_scalar

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
         err = LCT_ECORRUPT;
       } else if (n_elems != T.n_elems || hw[4] != n_chunks || hw[5] != L::CB_BYTES) {
         err = LCT_ECORRUPT;
-      } else if (blob_size != len || L::TABLE + 8ull * n_chunks > len) {
+      } else if (blob_size != len || L::TABLE + 8ull * n_chunks > len || (n_chunks == 0 && len != L::TABLE)) {
         err = LCT_ECORRUPT;
       } else {
         uint32_t chk = 0;

@@ -9,6 +9,12 @@ import pathlib
 import struct
 import sys
 
+
+def require(cond, message):
+    """A check that stays when Python runs with -O (unlike assert)."""
+    if not cond:
+        raise SystemExit(f"format_conformance: {message}")
+
 DTYPES = {0: ("raw", 1, 0), 1: ("f32", 4, 10), 2: ("bf16", 2, 10), 3: ("f16", 2, 7),
           4: ("f8e4m3", 1, 6), 5: ("f8e5m2", 1, 7)}
 CHUNK, LANES, LANE, MAXLEN = 16384, 32, 512, 12
@@ -44,18 +50,18 @@ def canonical_codes(lens):
 
 
 def decode(blob):
-    assert blob[:4] == b"LCTZ" and blob[4] == 1 and blob[6] == MAXLEN and blob[7] == 0
+    require(blob[:4] == b"LCTZ" and blob[4] == 1 and blob[6] == MAXLEN and blob[7] == 0, "bad magic, version or code length limit")
     name, w, s = DTYPES[blob[5]]
     n_elems, n_chunks, cb_bytes, hcheck, reserved, size = struct.unpack_from("<QIIIIQ", blob, 8)
-    assert size == len(blob) and reserved == 0 and n_chunks == -(-n_elems // CHUNK)
-    assert hcheck == check(blob[:24] + blob[40:40 + cb_bytes], 0)
+    require(size == len(blob) and reserved == 0 and n_chunks == -(-n_elems // CHUNK), "blob_size, reserved or chunk count wrong")
+    require(hcheck == check(blob[:24] + blob[40:40 + cb_bytes], 0), "header check mismatch")
     n_syms = (1 << s) + 1 if s else 0
-    assert cb_bytes == (n_syms + 1) // 2
+    require(cb_bytes == (n_syms + 1) // 2, "codebook size wrong")
     lens = [(blob[40 + i // 2] >> (4 * (i & 1))) & 15 for i in range(n_syms)]
     codes = canonical_codes(lens)
     table = 40 + cb_bytes + (-cb_bytes % 8)
     offsets = list(struct.unpack_from(f"<{n_chunks}Q", blob, table)) + [size]
-    assert not n_chunks or offsets[0] == table + 8 * n_chunks
+    require(not n_chunks or offsets[0] == table + 8 * n_chunks, "first chunk not right after the table")
     m = 8 * w - s
     out = bytearray()
     for c in range(n_chunks):
@@ -79,25 +85,25 @@ def decode(blob):
                     while (length, bits) not in codes:
                         bits |= code.read(1) << length
                         length += 1
-                        assert length <= MAXLEN, "invalid code"
+                        require(length <= MAXLEN, "invalid code")
                     sym = codes[(length, bits)]
                     if sym == n_syms - 1:
                         sym = code.read(s)
                     vals.append(sym)
-                assert code.pos - lane_start == lane_bits[t]
+                require(code.pos - lane_start == lane_bits[t], "lane bit length mismatch")
             raw = b"".join(((sym << m) | (mant.read(keep) << trim)).to_bytes(w, "little") for sym in vals)
-        assert check(raw, c * CHUNK * w // 4) == struct.unpack_from("<I", ch, 4)[0]
+        require(check(raw, c * CHUNK * w // 4) == struct.unpack_from("<I", ch, 4)[0], "chunk check mismatch")
         out += raw
     return bytes(out)
 
 
 def main(golden_dir):
     blobs = sorted(pathlib.Path(golden_dir).glob("*.lct"))
-    assert blobs, "no golden blobs"
+    require(blobs, "no golden blobs")
     for blob in blobs:
         expected = blob.with_suffix(".in").read_bytes()
         got = decode(blob.read_bytes())
-        assert got == expected, f"{blob.name}: decoded bytes differ"
+        require(got == expected, f"{blob.name}: decoded bytes differ")
         print(f"{blob.name}: ok ({len(expected)} bytes)")
 
 

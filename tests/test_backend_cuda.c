@@ -93,19 +93,44 @@ Test(backend_cuda, codec_matches_cpu) {
   free(g);
 }
 
+/* One thread of worker_threads: ten of round_trip's checks, counted into
+ * *arg (Criterion's asserts belong to the test's own thread). */
 static void *encode_in_thread(void *arg) {
+  int *failures = arg;
   size_t bytes;
   uint8_t *w = test_read_data("A_s100_w.bf16.bin", &bytes);
+  uint64_t n = bytes / 2;
+  size_t cap = lct_encode_bound(LCT_DTYPE_BF16, n);
+  uint8_t *ref = malloc(cap), *got = malloc(cap), *back = malloc(bytes);
   lct_codebook cb;
-  lct_codebook_from_data(LCT_DTYPE_BF16, w, bytes / 2, &cb);
-  for (int i = 0; i < 10; i++) round_trip(LCT_DTYPE_BF16, w, bytes / 2, &cb);
+  lct_encode_stats gs, cs;
+  *failures += lct_codebook_from_data(LCT_DTYPE_BF16, w, n, &cb) != 0 ||
+               lct_encode(LCT_DTYPE_BF16, &cb, w, n, ref, cap, &cs) != 0;
+  for (int i = 0; i < 10 && *failures == 0; i++) {
+    void *blob;
+    if (be.ops->alloc(be.ctx, cap, &blob) != 0) {
+      ++*failures;
+      break;
+    }
+    *failures += be.ops->encode(be.ctx, LCT_DTYPE_BF16, &cb, w, n, blob, cap, &gs) != 0 ||
+                 gs.blob_bytes != cs.blob_bytes ||
+                 cudaMemcpy(got, blob, gs.blob_bytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                 memcmp(got, ref, gs.blob_bytes) != 0 ||
+                 be.ops->decode(be.ctx, LCT_DTYPE_BF16, n, blob, gs.blob_bytes, back) != 0 || memcmp(back, w, bytes) != 0;
+    be.ops->release(be.ctx, blob, cap);
+  }
+  free(ref);
+  free(got);
+  free(back);
   free(w);
-  return arg;
+  return NULL;
 }
 
 Test(backend_cuda, worker_threads) {
   NEED_GPU();
   pthread_t t[4];
-  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, encode_in_thread, NULL);
+  int failures[4] = {0};
+  for (int i = 0; i < 4; i++) cr_assert_eq(pthread_create(&t[i], NULL, encode_in_thread, &failures[i]), 0);
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) cr_assert_eq(failures[i], 0, "thread %d: a GPU round trip differed from the CPU codec", i);
 }

@@ -202,7 +202,7 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
  * (default segment-size), so their stored size is one reference blob's. */
 static void round_trip_data_dir(const char *endpoint, int single_segment) {
   lct_client *c = test_connect(endpoint);
-  DIR *dir = opendir(LCT_TEST_DATA);
+  DIR *dir = opendir(test_data_dir());
   cr_assert_not_null(dir);
   int files = 0;
   for (struct dirent *de; (de = readdir(dir)) != NULL;) {

@@ -614,6 +614,24 @@ Test(cuda_codec, truncated_blobs_rejected) {
   free(blob);
 }
 
+Test(cuda_codec, empty_blob_with_trailing_bytes_rejected) {
+  /* An empty tensor's blob ends at its (empty) chunk table: bytes after it,
+   * even with blob_size saying so, are refused by both decoders. */
+  REQUIRE_GPU();
+  lct_codebook cb;
+  uint16_t one = 0x3f80;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, &one, 1, &cb), 0);
+  size_t cap = lct_encode_bound(LCT_DTYPE_BF16, 0);
+  uint8_t *blob = calloc(1, cap + 8);
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &cb, &one, 0, blob, cap, &st), 0);
+  size_t len = st.blob_bytes + 8;
+  for (int b = 0; b < 8; b++) blob[32 + b] = (uint8_t)((uint64_t)len >> (8 * b)); /* the blob_size field */
+  uint8_t *blobs[1] = {blob};
+  expect_rejected(LCT_DTYPE_BF16, 0, blobs, &len, 1, 1, "an empty blob with 8 more bytes");
+  free(blob);
+}
+
 Test(cuda_codec, bit_flips_rejected) {
   REQUIRE_GPU();
   uint64_t n;

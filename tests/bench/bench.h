@@ -23,6 +23,10 @@ double bench_now(void);
 uint8_t *bench_read_file(const char *path, size_t *len);
 /* Opens --out FILE for JSON results (NULL path: none). */
 FILE *bench_open_out(const char *path);
+/* Parses a comma-separated list of at most max unsigned numbers (no empty
+ * or partly numeric items): their count, or -1 with a message on stderr. */
+int bench_parse_list(const char *what, const char *arg, uint64_t *out, int max);
+
 /* Describes this host's CPU for the results ("model, N cores"). */
 void bench_cpu_name(char *buf, size_t cap);
 

@@ -613,13 +613,9 @@ int bench_gpu(int argc, char **argv) {
   GPU_TRY(cudaEventCreate(&c.e1));
 
   uint64_t sizes[16];
-  int n_sizes = 0;
-  for (const char *s = sizes_arg; *s && n_sizes < 16;) {
-    sizes[n_sizes++] = (uint64_t)strtoull(s, NULL, 10) << 20;
-    s = strchr(s, ',');
-    if (!s) break;
-    s++;
-  }
+  int n_sizes = bench_parse_list("--sizes", sizes_arg, sizes, 16);
+  if (n_sizes < 0) return 1;
+  for (int i = 0; i < n_sizes; i++) sizes[i] <<= 20;
 
   static gpu_row rows[MAX_ROWS], kinds[MAX_ROWS];
   int n_rows = 0, n_kinds = 0;
@@ -628,9 +624,15 @@ int bench_gpu(int argc, char **argv) {
   uint8_t *host = malloc(max_size > (64u << 20) ? max_size : (64u << 20));
   /* bf16 and f32 at every size; the other dtypes at 64 MiB. */
   int dtypes[LCT_DTYPE_COUNT], n_dtypes = 0, with_bf16 = 0;
-  for (int d = 1; d < LCT_DTYPE_COUNT; d++) {
-    if (!strstr(dtypes_arg, lct_dtype_name(d))) continue;
-    dtypes[n_dtypes++] = d;
+  char names[128];
+  snprintf(names, sizeof names, "%s", dtypes_arg);
+  for (char *save, *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    lct_dtype d;
+    if (lct_dtype_parse(tok, &d) != 0 || d == LCT_DTYPE_RAW || n_dtypes == LCT_DTYPE_COUNT) {
+      fprintf(stderr, "lct-bench gpu: --dtypes: '%s' is not a coded dtype\n", tok);
+      return 1;
+    }
+    dtypes[n_dtypes++] = (int)d;
     with_bf16 |= d == LCT_DTYPE_BF16;
   }
   for (int d = 0; d < n_dtypes; d++) {

@@ -280,6 +280,9 @@ int bench_service(int argc, char **argv) {
   char *redis_argv[] = {"redis-server", "--port", rport_s, "--bind", "127.0.0.1", "--unixsocket", redis_sock,
                         "--save", "", "--appendonly", "no", "--proto-max-bulk-len", "4gb",
                         "--client-query-buffer-limit", "4gb", NULL};
+  uint64_t sizes[32];
+  int n_sizes = bench_parse_list("--sizes", sizes_arg, sizes, 32);
+  if (n_sizes < 0) return 1;
   pid_t lpid = spawn(lctd_argv), rpid = spawn(redis_argv);
   if (wait_lctd(ipc) != 0) die("%s did not start", lctd);
   if (wait_redis(rport) != 0) die("%s", "redis-server did not start (is it installed?)");
@@ -297,9 +300,8 @@ int bench_service(int argc, char **argv) {
             backend, cpu, data_path);
 
   int first = 1;
-  for (const char *p = sizes_arg; *p;) {
-    size_t mib = strtoull(p, (char **)&p, 10);
-    if (*p == ',') p++;
+  for (int si = 0; si < n_sizes; si++) {
+    size_t mib = sizes[si];
     if (mib == 0) continue;
     size_t bytes = mib << 20;
     int reps = reps_arg > 0 ? reps_arg : mib <= 1 ? 50 : mib <= 64 ? 10 : 3;

@@ -1,4 +1,5 @@
 /* bench_util.c — timing, file and host-description helpers for lct-bench. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,4 +91,20 @@ double bench_order0_bound(int dtype, const uint8_t *data, uint64_t n, double *en
   if (entropy) *entropy = h;
   if (kept_bits) *kept_bits = kept;
   return 8.0 * (double)w / ((double)kept + h);
+}
+
+int bench_parse_list(const char *what, const char *arg, uint64_t *out, int max) {
+  int n = 0;
+  for (const char *p = arg; *p;) {
+    char *end;
+    errno = 0;
+    uint64_t v = strtoull(p, &end, 10);
+    if (end == p || errno == ERANGE || (*end != ',' && *end != '\0') || n == max) {
+      fprintf(stderr, "lct-bench: %s: expected at most %d comma-separated numbers, not '%s'\n", what, max, arg);
+      return -1;
+    }
+    out[n++] = v;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return n;
 }

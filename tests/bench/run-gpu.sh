@@ -14,13 +14,13 @@
 # LCT_SAN_TESTS names the tests run under the sanitizer (default: all but the
 # multi-MiB one).
 set -uo pipefail
-build=${1:-build}
+build=$(cd "${1:-build}" && pwd) || exit 1 # absolute, however it was given
 data=${2:-}
 [[ -z $data && -d .gpu/tensors ]] && data=.gpu/tensors
 data=${data:-tests/data}
 out=${OUT:-gpu-results}
 mkdir -p "$out"
-export LD_LIBRARY_PATH=$PWD/$build/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$build/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LCT_TEST_DATA=$PWD/tests/data
 
 # ctest and the test binary carry the absolute paths of the machine that
@@ -83,7 +83,7 @@ device_rc=$?
 device_synth=$(grep -ao 'Synthesis:.*' "$out/device.log" | tail -1)
 
 # 5. The Python binding and the offloaded AdamW with the machine's torch (CUDA tensors where it sees a GPU).
-LCT_LIBRARY=$PWD/$build/lib/liblct.so LCT_LCTD=$PWD/$build/bin/lctd LCT_CLI=$PWD/$build/bin/lct PYTHONUNBUFFERED=1 \
+LCT_LIBRARY=$build/lib/liblct.so LCT_LCTD=$build/bin/lctd LCT_CLI=$build/bin/lct PYTHONUNBUFFERED=1 \
   timeout "${LCT_TEST_TIMEOUT:-240}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
 py_rc=$?
 py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
@@ -91,7 +91,7 @@ py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
 # 6. The trainer offload measurement (tests/bench/train_offload.py), unless LCT_SKIP_TRAIN is set.
 train_rc=skipped
 if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
-  LCT_LIBRARY=$PWD/$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
+  LCT_LIBRARY=$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
     python3 tests/bench/train_offload.py --lctd "$build/bin/lctd" --out "$out/train" >"$out/train.log" 2>&1
   train_rc=$?
 fi

@@ -120,7 +120,7 @@ int lct_cuda_decode(int dtype, uint64_t n_elems, const void *blob, size_t blob_b
 /* One range of device memory to checksum. */
 typedef struct lct_cuda_crc_item {
   const void *src; /* device, bytes bytes, any alignment (NULL only when bytes is 0) */
-  uint64_t bytes;  /* at most 2^56 (LCT_E2BIG) */
+  uint64_t bytes;  /* at most 2^40 (LCT_E2BIG): piece and row counts are 32-bit */
   uint32_t *crc;   /* device or pinned, 4-byte aligned: receives the CRC-32C (0 for 0 bytes) */
 } lct_cuda_crc_item;
 

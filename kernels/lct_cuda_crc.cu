@@ -304,7 +304,7 @@ extern "C" int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t coun
   for (size_t i = 0; i < count; i++) {
     const lct_cuda_crc_item *it = &items[i];
     if (!it->crc || ((uintptr_t)it->crc & 3) || (it->bytes && !it->src)) return LCT_EINVAL;
-    if (it->bytes > ((uint64_t)1 << 56)) return LCT_E2BIG;
+    if (it->bytes > ((uint64_t)1 << 40)) return LCT_E2BIG;
   }
   const size_t need = lct_cuda_crc32c_batch_workspace_size(items, count);
   if (need && (!workspace || ((uintptr_t)workspace & 3))) return LCT_EINVAL;

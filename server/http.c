@@ -10,7 +10,7 @@
 
 #define LCT__HTTP_REQUEST_MAX 8192 /* request head bytes read before answering 431 */
 #define LCT__HTTP_CONN_MAX 64      /* open connections; more are closed at once */
-#define LCT__HTTP_IDLE_MS 5000     /* a connection that sends no full request in this time is closed */
+#define LCT__HTTP_IDLE_MS 5000     /* the longest a connection lives: request, reply and all */
 
 typedef struct lct__http_conn {
   uv_tcp_t tcp; /* first: the handle's address is the connection's */
@@ -21,7 +21,6 @@ typedef struct lct__http_conn {
   char *reply;
   size_t have;
   int open_handles;
-  int answered;
   char buf[LCT__HTTP_REQUEST_MAX];
 } lct__http_conn;
 
@@ -62,7 +61,6 @@ static void lct__http_written(uv_write_t *w, int status) { lct__http_close(w->da
 
 static void lct__http_respond(lct__http_conn *c, const char *status, const char *type, const char *body,
                               size_t body_len) {
-  c->answered = 1;
   uv_read_stop((uv_stream_t *)&c->tcp);
   char head[256];
   int h = snprintf(head, sizeof head,
@@ -134,11 +132,9 @@ static void lct__http_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     lct__http_text(c, "431 Request Header Fields Too Large", "request too large\n");
 }
 
-static void lct__http_idle(uv_timer_t *t) {
-  lct__http_conn *c = t->data;
-  if (!c->answered)
-    lct__http_close(c);
-}
+/* A connection lives at most LCT__HTTP_IDLE_MS, answered or not: a client
+ * that never reads its reply must not keep its slot. */
+static void lct__http_idle(uv_timer_t *t) { lct__http_close(t->data); }
 
 static void lct__http_accept(uv_stream_t *server, int status) {
   lct__http *http = server->data;

@@ -5,6 +5,7 @@ lct=$1 data=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$(dirname "$0")/cli_lib.sh"
 
 for f in "$data"/*.bin; do
   b=$(basename "$f")
@@ -18,12 +19,6 @@ cp "$data/A_s100_w.bf16.bin" "$tmp/weights.dat"
 "$lct" pack --dtype bf16 "$tmp/weights.dat" "$tmp/w.lct" >/dev/null || fail "pack --dtype"
 "$lct" unpack "$tmp/w.lct" "$tmp/w.out" && cmp -s "$tmp/weights.dat" "$tmp/w.out" || fail "--dtype round trip"
 
-expect_error() { # expect_error PATTERN CMD...: non-zero exit and one line naming the problem
-  local pattern=$1; shift
-  out=$("$@" 2>&1) && fail "'$*' succeeded"
-  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "'$*' printed more than one line: $out"
-  printf '%s' "$out" | grep -q -- "$pattern" || fail "'$*' said '$out', expected '$pattern'"
-}
 expect_error "No such file" "$lct" pack "$tmp/missing.f32.bin" "$tmp/x"
 expect_error "dtype" "$lct" pack "$tmp/weights.dat" "$tmp/x"
 expect_error "unknown dtype 'f64'" "$lct" pack --dtype f64 "$tmp/weights.dat" "$tmp/x"

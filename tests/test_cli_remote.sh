@@ -8,6 +8,7 @@ ep="ipc://$tmp/lctd.sock"
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; cat "$tmp/lctd.log"; exit 1; }
+. "$(dirname "$0")/cli_lib.sh"
 export LCT_ENDPOINT=$ep
 for _ in $(seq 100); do "$lct" ping >/dev/null 2>&1 && break; sleep 0.1; done
 "$lct" ping | grep -q "backend cpu" || fail "ping"
@@ -46,12 +47,6 @@ grep -q "^f32 .*\[256,128\] .*layer/g$" "$tmp/ls" || fail "ls line: $(cat "$tmp/
 "$lct" rm layer/w2 || fail "rm"
 "$lct" stats | grep -q "^lct_tensors 3$" || fail "stats: $("$lct" stats | grep lct_tensors)"
 
-expect_error() { # expect_error PATTERN CMD...: non-zero exit and one line naming the problem
-  local pattern=$1; shift
-  out=$("$@" 2>&1) && fail "'$*' succeeded"
-  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "'$*' printed more than one line: $out"
-  printf '%s' "$out" | grep -q -- "$pattern" || fail "'$*' said '$out', expected '$pattern'"
-}
 expect_error "rm layer/w2: no such key" "$lct" rm layer/w2
 expect_error "get nope: no such key" "$lct" get nope "$tmp/x"
 expect_error "dtype" "$lct" put k "$tmp/w.bin"

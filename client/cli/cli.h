@@ -35,5 +35,8 @@ int cli_read_file(const char *path, uint8_t **data, size_t *len);
 int cli_write_file(const char *path, const void *data, size_t len);
 /* dtype from a ".f32." / ".bf16." / ... infix of a file name; -1 if none. */
 int cli_dtype_from_name(const char *path);
+/* The dtype --dtype names into *dtype; 0, or 1 after a message naming the
+ * command (cmd) and the dtypes there are. */
+int cli_dtype_option(const char *cmd, const char *name, int *dtype);
 
 #endif

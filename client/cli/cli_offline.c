@@ -25,10 +25,7 @@ int cli_pack(int argc, char **argv) {
 
   int dtype;
   if (dtype_name) {
-    lct_dtype d;
-    if (lct_dtype_parse(dtype_name, &d) != 0)
-      return cli_fail("pack: unknown dtype '%s' (f32, bf16, f16, f8e4m3, f8e5m2, raw)", dtype_name);
-    dtype = d;
+    if (cli_dtype_option("pack", dtype_name, &dtype)) return 1;
   } else if ((dtype = cli_dtype_from_name(in)) < 0) {
     return cli_fail("pack: cannot tell the dtype of '%s' from its name: give --dtype", in);
   }

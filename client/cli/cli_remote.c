@@ -130,13 +130,9 @@ int cli_put(int argc, char **argv) {
   uint64_t shape[LCT_MAX_DIMS];
   const uint8_t *data = buf;
   size_t bytes = len;
-  if (a.dtype) {
-    lct_dtype d;
-    if (lct_dtype_parse(a.dtype, &d) != 0) {
-      free(buf);
-      return cli_fail("put: unknown dtype '%s' (f32, bf16, f16, f8e4m3, f8e5m2, raw)", a.dtype);
-    }
-    dtype = d;
+  if (a.dtype && cli_dtype_option("put", a.dtype, &dtype)) {
+    free(buf);
+    return 1;
   }
   if (cli_npy_is(buf, len)) {
     cli_npy npy;

@@ -77,3 +77,11 @@ int cli_dtype_from_name(const char *path) {
   }
   return -1;
 }
+
+int cli_dtype_option(const char *cmd, const char *name, int *dtype) {
+  lct_dtype d;
+  if (lct_dtype_parse(name, &d) != 0)
+    return cli_fail("%s: unknown dtype '%s' (f32, bf16, f16, f8e4m3, f8e5m2, raw)", cmd, name);
+  *dtype = (int)d;
+  return 0;
+}

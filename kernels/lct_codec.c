@@ -129,11 +129,31 @@ static size_t encode_raw_chunk(const uint8_t *src, uint64_t n, unsigned w, uint3
   return size;
 }
 
-static inline unsigned chunk_trim(const uint8_t *src, uint64_t n, const lct__layout *lay, const unsigned width) {
-  uint32_t all = 0, mask = (1u << lay->mant_bits) - 1;
-  for (uint64_t i = 0; i < n; i++) all |= lct__load_elem(src, i, width);
-  all &= mask;
-  return all ? (unsigned)__builtin_ctz(all) : lay->mant_bits;
+/* The chunk's check (lct_check of its bytes from word base) and, in the
+ * same pass over its 32-bit words, the trim of its mantissas: the low
+ * mantissa bits zero in every element. */
+static inline uint32_t chunk_scan(const uint8_t *src, uint64_t n, const lct__layout *lay, const unsigned width,
+                                  uint64_t base, unsigned *trim) {
+  const uint64_t len = n * width;
+  uint32_t h = 0, all = 0, mul = (uint32_t)(2 * base + 1) * CHECK_MUL;
+  uint64_t j = 0;
+  for (; j + 4 <= len; j += 4, mul += 2 * CHECK_MUL) {
+    const uint32_t w = get32(src + j);
+    h += w * mul;
+    all |= w;
+  }
+  if (j < len) {
+    uint8_t last[4] = {0};
+    memcpy(last, src + j, len - j);
+    h += get32(last) * mul;
+    all |= get32(last);
+  }
+  /* Every element of a word lies at a multiple of width: fold them onto the lowest. */
+  if (width <= 2) all |= all >> 16;
+  if (width == 1) all |= all >> 8;
+  all &= (1u << lay->mant_bits) - 1;
+  *trim = all ? (unsigned)__builtin_ctz(all) : lay->mant_bits;
+  return h;
 }
 
 /* Writes the kept mantissa bits of n elements as one LSB-first stream of
@@ -188,8 +208,9 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
                                   uint8_t *dst, lct_encode_stats *st, const unsigned width) {
   const lct__layout *lay = &e->lay;
   const uint64_t raw_size = LCT_RAW_CHUNK_HEADER + pad4(n * width);
-  const uint32_t check = lct_check(src, n * width, c * (LCT_CHUNK_ELEMS * width / 4));
-  const unsigned trim = chunk_trim(src, n, lay, width), keep = lay->mant_bits - trim;
+  unsigned trim;
+  const uint32_t check = chunk_scan(src, n, lay, width, c * (LCT_CHUNK_ELEMS * width / 4), &trim);
+  const unsigned keep = lay->mant_bits - trim;
   const uint64_t mant_bytes = pad4((n * keep + 7) / 8);
   if (LCT_CODED_CHUNK_HEADER + mant_bytes >= raw_size) goto raw;
 

@@ -102,4 +102,23 @@ static inline lct_client *test_connect(const char *endpoint) {
   return c;
 }
 
+/* The server's counters. */
+static inline lct_server_stats test_stats(lct_client *c) {
+  lct_server_stats s;
+  cr_assert_eq(lct_stats(c, &s, NULL), 0);
+  return s;
+}
+
+/* The value of the Prometheus line that starts with series (name, labels and a space). */
+static inline uint64_t test_metric(lct_client *c, const char *series) {
+  char *text, needle[256];
+  cr_assert_eq(lct_stats(c, NULL, &text), 0);
+  snprintf(needle, sizeof needle, "\n%s", series);
+  char *p = strstr(text, needle);
+  cr_assert(p != NULL, "no %s in the metrics", series);
+  uint64_t v = strtoull(p + strlen(needle), NULL, 10);
+  lct_free(text);
+  return v;
+}
+
 #endif

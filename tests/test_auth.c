@@ -7,18 +7,15 @@
 
 #include "auth.h"
 #include "lct_error.h"
+#include "test_util.h"
 
-static char path[64];
+static const char *path;
 
-static void write_token_file(const char *contents, size_t len) {
-  snprintf(path, sizeof path, "/tmp/lct-auth-test-%d", (int)getpid());
-  FILE *f = fopen(path, "wb");
-  cr_assert(f);
-  cr_assert_eq(fwrite(contents, 1, len, f), len);
-  fclose(f);
+static void write_token_file(const char *contents, size_t len) { path = test_write_tmp("auth", contents, len); }
+
+static void cleanup(void) {
+  if (path != NULL) unlink(path);
 }
-
-static void cleanup(void) { unlink(path); }
 
 TestSuite(auth, .fini = cleanup);
 

@@ -111,12 +111,6 @@ static void raw_key(Lctpb__Request *rq, const char *key) {
   rq->key.len = strlen(key);
 }
 
-static lct_server_stats stats_of(lct_client *c) {
-  lct_server_stats s;
-  cr_assert_eq(lct_stats(c, &s, NULL), 0);
-  return s;
-}
-
 /* ---- every op -------------------------------------------------------------- */
 
 Test(client, every_op, .init = start_small_frames, .fini = stop) {
@@ -170,7 +164,7 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
   cr_assert_null(page->next_cursor);
   lct_list_free(page);
 
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.tensors, 3);
   cr_assert_eq(st.raw_bytes, n * 2 + 4000 + 7);
   cr_assert_eq(st.pending_puts, 0);
@@ -184,7 +178,7 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
   cr_assert_eq(lct_delete(c, "model/w"), LCT_ENOENT);
   cr_assert_eq(lct_stat(c, "model/w", &info), LCT_ENOENT);
   cr_assert_eq(lct_get(c, "model/w", buf, n * 2, &info), LCT_ENOENT);
-  cr_assert_eq(stats_of(c).tensors, 2);
+  cr_assert_eq(test_stats(c).tensors, 2);
 
   cr_assert_eq(lct_put(c, "", LCT_DTYPE_RAW, NULL, 0, w, 1, NULL), LCT_ENAMETOOLONG);
   cr_assert_eq(lct_put(c, "x", 77, NULL, 0, w, 1, NULL), LCT_EDTYPE);
@@ -236,7 +230,7 @@ static void round_trip_data_dir(const char *endpoint, int single_segment) {
   }
   closedir(dir);
   cr_assert_gt(files, 0, "tests/data has real tensor slices");
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.tensors, (uint64_t)files);
   cr_assert_eq(st.codebook_builds, (uint64_t)files, "one build per key; second puts reuse");
   cr_assert_eq(st.codebook_rebuilds, 0);
@@ -391,7 +385,7 @@ Test(client, eight_concurrent_clients, .init = start_small_frames, .fini = stop)
   for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
   for (int i = 0; i < 8; i++) cr_assert_eq(w[i].failures, 0, "worker %d: %d failures, first: %s", i, w[i].failures, w[i].why);
   lct_client *c = test_connect(daemon_.ipc);
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.tensors, 80);
   cr_assert_eq(st.errors, 0);
   lct_close(c);
@@ -444,7 +438,7 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n);
   put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
   put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* same distribution: reused */
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.codebook_builds, 1);
   cr_assert_eq(st.codebook_rebuilds, 0);
   /* Shift every exponent: the old codebook lacks them all, escapes blow up. */
@@ -452,7 +446,7 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   for (size_t i = 0; i < n; i++) s[i] = (uint16_t)(s[i] - (0x40 << 7));
   lct_tensor_info info;
   put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &info);
-  st = stats_of(c);
+  st = test_stats(c);
   cr_assert_eq(st.codebook_rebuilds, 1, "drift past 2%% rebuilt the codebook");
   cr_assert_lt(info.stored_bytes, n * 2 * 3 / 4, "the rebuilt codebook codes well");
   get_equals(c, "m", b, n * 2);
@@ -645,7 +639,7 @@ Test(client, chunked_put_protocol_errors, .init = start_small_frames, .fini = st
   cr_assert_eq(raw_call(&r, &ab, NULL, 0, NULL), 0);
   cr_assert_eq(raw_call(&r, &k, ref, 400, NULL), 9, "chunk after abort: ENOENT");
   cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 9, "commit after abort: ENOENT");
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.pending_puts, 0);
   cr_assert_eq(st.staging_bytes, 0);
   nn_close(r.sock);
@@ -668,7 +662,7 @@ static void full_pool_checks(const char *endpoint) {
   get_equals(c, "a", a, bytes);
   cr_assert_eq(lct_put(c, "b", LCT_DTYPE_RAW, shape, 1, b, bytes, NULL), LCT_ENOSPC);
   cr_assert_eq(lct_stat(c, "b", NULL), LCT_ENOENT);
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.tensors, 1);
   cr_assert_eq(st.pool_used, st.stored_bytes, "nothing leaked from the refused puts");
   cr_assert_eq(st.staging_bytes, 0);
@@ -731,14 +725,14 @@ Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
   int status;
   cr_assert_eq(waitpid(pid, &status, 0), pid);
   cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "helper status %d", status);
-  lct_server_stats st = stats_of(c);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.pending_puts, 1);
   /* The declared bytes, and the framing of the chunks received (a few dozen bytes each). */
   cr_assert_geq(st.staging_bytes, 2 << 20);
   cr_assert_lt(st.staging_bytes, (2 << 20) + (2 << 20) / 65536 * 256);
   get_equals(c, "ref", ref, n * 2); /* the partial put is not visible */
-  for (int i = 0; i < 100 && stats_of(c).pending_puts != 0; i++) test_sleep_ms(20);
-  st = stats_of(c);
+  for (int i = 0; i < 100 && test_stats(c).pending_puts != 0; i++) test_sleep_ms(20);
+  st = test_stats(c);
   cr_assert_eq(st.pending_puts, 0, "the abandoned put expired");
   cr_assert_eq(st.puts_expired, 1);
   cr_assert_eq(st.staging_bytes, 0, "its memory was reclaimed");
@@ -907,10 +901,10 @@ Test(client, device_many_requests_checked, .init = start_default, .fini = stop) 
   cr_assert_eq(failed, 0);
   items[0].size = 1024;
   /* Well-formed: the cpu backend sends it to the host path, counted once. */
-  uint64_t fallbacks = stats_of(c).device_fallbacks;
+  uint64_t fallbacks = test_stats(c).device_fallbacks;
   cr_assert_eq(many_call(&r, PUT, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ENOIPC);
   cr_assert_eq(failed, -1, "no item is at fault");
-  cr_assert_eq(stats_of(c).device_fallbacks, fallbacks + 1);
+  cr_assert_eq(test_stats(c).device_fallbacks, fallbacks + 1);
   /* Gets are checked against what is stored. */
   uint8_t data[1024] = {0};
   put_ok(c, "m0", LCT_DTYPE_F32, data, sizeof data, NULL);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "test_util.h"
 #include "lct_error.h"
 
 Test(config, defaults) {
@@ -86,18 +87,10 @@ Test(config, set_and_bounds) {
   lct__config_free(&c);
 }
 
-static char *write_tmp(const char *text) {
-  static char path[64];
-  snprintf(path, sizeof path, "/tmp/lct-test-config-%d", (int)getpid());
-  FILE *f = fopen(path, "w");
-  cr_assert(f);
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
+static const char *write_tmp(const char *text) { return test_write_tmp("config", text, strlen(text)); }
 
 Test(config, file_and_flags) {
-  char *path = write_tmp("# lctd test\n"
+  const char *path = write_tmp("# lctd test\n"
                          "memory 1G   # pool\n"
                          "\n"
                          "listen ipc:///tmp/a.sock\n"
@@ -106,7 +99,7 @@ Test(config, file_and_flags) {
   lct__config c;
   lct__config_init(&c);
   char err[256];
-  char *argv[] = {"lctd", "--memory", "2G", "--config", path, "--threads=3", NULL};
+  char *argv[] = {"lctd", "--memory", "2G", "--config", (char *)path, "--threads=3", NULL};
   cr_assert_eq(lct__config_args(&c, 6, argv, err, sizeof err), 0, "%s", err);
   cr_assert_eq(c.memory, 2ull << 30, "flags win over the file");
   cr_assert_eq(c.threads, 3);
@@ -117,7 +110,7 @@ Test(config, file_and_flags) {
   lct__config_free(&c);
 
   lct__config_init(&c);
-  char *argv2[] = {"lctd", "--config", path, "--listen", "ipc:///tmp/b.sock", NULL};
+  char *argv2[] = {"lctd", "--config", (char *)path, "--listen", "ipc:///tmp/b.sock", NULL};
   cr_assert_eq(lct__config_args(&c, 5, argv2, err, sizeof err), 0, "%s", err);
   cr_assert_eq(c.n_listen, 1, "a flag's list replaced the file's");
   cr_assert_str_eq(c.listen[0], "ipc:///tmp/b.sock");
@@ -128,7 +121,7 @@ Test(config, file_and_flags) {
 Test(config, file_errors) {
   lct__config c;
   char err[256];
-  char *path = write_tmp("memory 1G\nframe-size\n");
+  const char *path = write_tmp("memory 1G\nframe-size\n");
   lct__config_init(&c);
   cr_assert_eq(lct__config_load(&c, path, err, sizeof err), LCT_ECONFIG);
   cr_assert(strstr(err, ":2:"), "line number in '%s'", err);

@@ -29,18 +29,6 @@ static void start(const char *backend) {
 
 static void stop(void) { test_lctd_stop(&lctd); }
 
-/* The value of the Prometheus line that starts with series (name, labels and a space). */
-static uint64_t metric(lct_client *c, const char *series) {
-  char *text, needle[256];
-  cr_assert_eq(lct_stats(c, NULL, &text), 0);
-  snprintf(needle, sizeof needle, "\n%s", series);
-  char *p = strstr(text, needle);
-  cr_assert(p != NULL, "no %s in the metrics", series);
-  uint64_t v = strtoull(p + strlen(needle), NULL, 10);
-  free(text);
-  return v;
-}
-
 /* Puts each slice from device memory at an odd element offset into one
  * allocation, gets it back into another, and compares the bytes there and
  * through the host path. */
@@ -91,7 +79,7 @@ Test(device, round_trip_device_to_device, .fini = stop) {
   cr_assert_eq(st.device_puts, N_SLICES);
   cr_assert_eq(st.device_gets, N_SLICES);
   cr_assert_eq(st.device_fallbacks, 0, "no fallback: %s", lct_last_error(c));
-  cr_assert_eq(metric(c, "lct_device_ops_total{op=\"put\"} "), N_SLICES);
+  cr_assert_eq(test_metric(c, "lct_device_ops_total{op=\"put\"} "), N_SLICES);
   lct_close(c);
 }
 
@@ -120,11 +108,11 @@ Test(device, mapping_cached_and_checked, .fini = stop) {
   float *back = malloc(bytes);
   CUDA_CHECK(cudaMemcpy(back, b, bytes, cudaMemcpyDeviceToHost));
   cr_assert_eq(memcmp(back, host, bytes), 0);
-  cr_assert_eq(metric(c, "lct_ipc_opens_total "), 2, "each allocation opened once for 10 calls");
+  cr_assert_eq(test_metric(c, "lct_ipc_opens_total "), 2, "each allocation opened once for 10 calls");
   /* Half of a: another offset into the same allocation, the same mapping. */
   uint64_t half[1] = {n / 2};
   cr_assert_eq(lct_put_device(c, "half", LCT_DTYPE_F32, half, 1, a + n / 2, bytes / 2, NULL), 0);
-  cr_assert_eq(metric(c, "lct_ipc_opens_total "), 2);
+  cr_assert_eq(test_metric(c, "lct_ipc_opens_total "), 2);
   /* Errors: a too-small buffer, host memory, a size that disagrees with the shape. */
   lct_tensor_info info;
   cr_assert_eq(lct_get_device(c, "big", b, bytes - 4, &info), LCT_EBUFSIZE);
@@ -153,8 +141,8 @@ Test(device, cpu_backend_falls_back, .fini = stop) {
   cr_assert_eq(st.device_puts, 0);
   cr_assert_eq(st.device_gets, 0);
   cr_assert_eq(st.device_fallbacks, 2 * N_SLICES);
-  cr_assert_eq(metric(c, "lct_device_fallbacks_total{reason=\"cpu_backend\"} "), 2 * N_SLICES);
-  cr_assert_eq(metric(c, "lct_device_fallbacks_total{reason=\"ipc_open_failed\"} "), 0);
+  cr_assert_eq(test_metric(c, "lct_device_fallbacks_total{reason=\"cpu_backend\"} "), 2 * N_SLICES);
+  cr_assert_eq(test_metric(c, "lct_device_fallbacks_total{reason=\"ipc_open_failed\"} "), 0);
   lct_close(c);
 }
 

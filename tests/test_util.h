@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lct_codec.h"
 
@@ -52,6 +53,18 @@ static inline int test_dtype_from_name(const char *name) {
     if (strstr(name, infix)) return d;
   }
   return -1;
+}
+
+/* Writes len bytes to /tmp/lct-test-TAG-PID (one per process and tag) and
+ * returns that path, valid until the next call with the same tag. */
+static inline const char *test_write_tmp(const char *tag, const void *bytes, size_t len) {
+  static char path[96];
+  snprintf(path, sizeof path, "/tmp/lct-test-%s-%d", tag, (int)getpid());
+  FILE *f = fopen(path, "wb");
+  cr_assert(f, "cannot write %s", path);
+  cr_assert_eq(fwrite(bytes, 1, len, f), len);
+  fclose(f);
+  return path;
 }
 
 #endif

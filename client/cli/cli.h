@@ -31,8 +31,9 @@ extern const char *cli_auth_token_file;
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Reads a whole file; returns 0 or an errno value. */
 int cli_read_file(const char *path, uint8_t **data, size_t *len);
-/* Writes a whole file through a temporary name and rename; 0 or an errno value. */
-int cli_write_file(const char *path, const void *data, size_t len);
+/* Writes a whole file, head_len bytes of head (a header; may be 0) then len of data, through a
+ * temporary name and rename; 0 or an errno value. */
+int cli_write_file(const char *path, const void *head, size_t head_len, const void *data, size_t len);
 /* dtype from a ".f32." / ".bf16." / ... infix of a file name; -1 if none. */
 int cli_dtype_from_name(const char *path);
 /* The dtype --dtype names into *dtype; 0, or 1 after a message naming the

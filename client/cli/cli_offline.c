@@ -53,7 +53,7 @@ int cli_pack(int argc, char **argv) {
     free(blob);
     return cli_fail("pack: %s: %s", in, lct_strerror(rc));
   }
-  err = cli_write_file(out, blob, st.blob_bytes);
+  err = cli_write_file(out, NULL, 0, blob, st.blob_bytes);
   free(blob);
   if (err) return cli_fail("pack: %s: %s", out, strerror(err));
   printf("%s: %s, %llu elements, %zu -> %llu bytes (ratio %.4f)\n", in, lct_dtype_name(dtype),
@@ -81,7 +81,7 @@ int cli_unpack(int argc, char **argv) {
     free(raw);
     return cli_fail("unpack: %s: %s", in, lct_strerror(rc));
   }
-  err = cli_write_file(out, raw, info.raw_bytes);
+  err = cli_write_file(out, NULL, 0, raw, info.raw_bytes);
   free(raw);
   if (err) return cli_fail("unpack: %s: %s", out, strerror(err));
   return 0;

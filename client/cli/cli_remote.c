@@ -225,23 +225,14 @@ int cli_get(int argc, char **argv) {
   int rc = lct_get_alloc(c, key, &data, &info);
   if (rc) return remote_fail("get", key, c, rc);
   lct_close(c);
-  int err;
-  if (ends_with(out, ".npy")) {
-    uint8_t header[1024];
-    size_t h = cli_npy_header(npy_descr(info.dtype), info.shape, info.ndim, header, sizeof header);
-    uint8_t *file = malloc(h + info.raw_bytes);
-    if (!h || !file) {
-      lct_free(data);
-      free(file);
-      return cli_fail("get: %s: out of memory", out);
-    }
-    memcpy(file, header, h);
-    memcpy(file + h, data, info.raw_bytes);
-    err = cli_write_file(out, file, h + info.raw_bytes);
-    free(file);
-  } else {
-    err = cli_write_file(out, data, info.raw_bytes);
+  uint8_t header[1024];
+  size_t h = 0;
+  if (ends_with(out, ".npy") &&
+      (h = cli_npy_header(npy_descr(info.dtype), info.shape, info.ndim, header, sizeof header)) == 0) {
+    lct_free(data);
+    return cli_fail("get: %s: the shape does not fit a .npy header", out);
   }
+  int err = cli_write_file(out, header, h, data, info.raw_bytes);
   lct_free(data);
   if (err) return cli_fail("get: %s: %s", out, strerror(err));
   char sh[128];

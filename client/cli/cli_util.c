@@ -47,7 +47,7 @@ int cli_read_file(const char *path, uint8_t **data, size_t *len) {
   return 0;
 }
 
-int cli_write_file(const char *path, const void *data, size_t len) {
+int cli_write_file(const char *path, const void *head, size_t head_len, const void *data, size_t len) {
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 16);
   if (!tmp) return ENOMEM;
@@ -59,7 +59,8 @@ int cli_write_file(const char *path, const void *data, size_t len) {
     return err;
   }
   int err = 0;
-  if (fwrite(data, 1, len, f) != len || fflush(f) != 0) err = errno ? errno : EIO;
+  if (fwrite(head, 1, head_len, f) != head_len || fwrite(data, 1, len, f) != len || fflush(f) != 0)
+    err = errno ? errno : EIO;
   if (fclose(f) != 0 && !err) err = errno;
   if (!err && rename(tmp, path) != 0) err = errno;
   if (err) unlink(tmp);

@@ -80,3 +80,10 @@ class LctdTestCase(unittest.TestCase):
     def key(self, suffix=""):
         """A key private to the running test."""
         return f"{self.id()}/{suffix}"
+
+
+def tensor_bits(t):
+    """A torch tensor's bit patterns as integers, so that NaNs and signed zeros compare exactly."""
+    import torch
+    words = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.detach().contiguous().view(words[t.element_size()])

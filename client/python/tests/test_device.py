@@ -1,7 +1,7 @@
 """test_device.py — CUDA tensors device to device: a cuda-backend lctd serves them with no host copy; a cpu-backend one sends them to the host path, counted."""
 import unittest
 
-from lctd_helper import Lctd, lct
+from lctd_helper import Lctd, lct, tensor_bits
 
 try:
     import torch
@@ -11,10 +11,6 @@ except ImportError:
 
 def have_cuda():
     return torch is not None and torch.cuda.is_available()
-
-
-def bits(t):
-    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
 class _DeviceCase(unittest.TestCase):
@@ -42,7 +38,7 @@ class _DeviceCase(unittest.TestCase):
                     out = torch.empty(value.shape[0], value.shape[1] * 2, dtype=dtype, device="cuda")[:, ::2] \
                         if name == "strided" else torch.empty_like(value)
                     self.assertIs(self.client.get(key, out=out), out)
-                    self.assertTrue(torch.equal(bits(out), bits(value)))
+                    self.assertTrue(torch.equal(tensor_bits(out), tensor_bits(value)))
                     n += 1
         return n
 
@@ -80,7 +76,7 @@ class TestDeviceToDevice(_DeviceCase):
         outs = [torch.full_like(v, float("nan")) for v in views]
         self.assertEqual(self.client.get_many(list(zip(keys, outs))), outs)
         for v, o in zip(views, outs):
-            self.assertTrue(torch.equal(bits(o), bits(v)))
+            self.assertTrue(torch.equal(tensor_bits(o), tensor_bits(v)))
         after = self.client.stats()
         self.assertEqual(after["device_puts"] - before["device_puts"], len(views))
         self.assertEqual(after["device_gets"] - before["device_gets"], len(views))
@@ -101,7 +97,7 @@ class TestDeviceToDevice(_DeviceCase):
                 backward(model, step, "cuda")
                 opt.step()
         for a, b in zip(ref_model.parameters(), off_model.parameters()):
-            self.assertTrue(torch.equal(bits(a.detach()), bits(b.detach())))
+            self.assertTrue(torch.equal(tensor_bits(a.detach()), tensor_bits(b.detach())))
         after = self.client.stats()
         self.assertGreater(after["device_gets"], before["device_gets"])
         self.assertGreater(after["device_puts"], before["device_puts"])

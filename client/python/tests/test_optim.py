@@ -2,7 +2,7 @@
 import copy
 import unittest
 
-from lctd_helper import LctdTestCase, lct
+from lctd_helper import LctdTestCase, lct, tensor_bits
 
 try:
     import torch
@@ -15,10 +15,6 @@ HYPER = dict(lr=3e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
 
 def devices():
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def bits(t):
-    return t.detach().contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def make_model(device, dtype, seed=1):
@@ -45,7 +41,7 @@ def backward(model, step, device):
 class TestOffloadedAdamW(LctdTestCase):
     def assertBitwiseEqual(self, a, b, what):
         self.assertEqual(a.dtype, b.dtype, what)
-        self.assertTrue(torch.equal(bits(a), bits(b)), f"{what} differs")
+        self.assertTrue(torch.equal(tensor_bits(a), tensor_bits(b)), f"{what} differs")
 
     def assertStatesEqual(self, ref, off, what):
         rs, os_ = ref.state_dict()["state"], off.state_dict()["state"]

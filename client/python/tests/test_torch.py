@@ -1,7 +1,7 @@
 """test_torch.py — torch tensors through lct.Client: every coded dtype, strided views, autograd leaves, CUDA tensors."""
 import unittest
 
-from lctd_helper import LctdTestCase
+from lctd_helper import LctdTestCase, tensor_bits
 
 try:
     import torch
@@ -11,11 +11,6 @@ except ImportError:
 
 def devices():
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def bits(t):
-    """t's bit patterns, so that NaNs and signed zeros compare exactly."""
-    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
 @unittest.skipIf(torch is None, "torch is not importable")
@@ -32,10 +27,10 @@ class TestTorch(LctdTestCase):
                     self.assertEqual((info.dtype, info.shape), (name, (37, 5)))
                     out = torch.empty_like(src)
                     self.assertIs(self.client.get(self.key(f"{device}/{name}"), out=out), out)
-                    self.assertTrue(torch.equal(bits(out), bits(src)))
+                    self.assertTrue(torch.equal(tensor_bits(out), tensor_bits(src)))
                     # Without out: a numpy array of the stored words.
                     words = self.client.get(self.key(f"{device}/{name}"))
-                    self.assertEqual(words.tobytes(), bits(src).cpu().numpy().tobytes())
+                    self.assertEqual(words.tobytes(), tensor_bits(src).cpu().numpy().tobytes())
 
     def test_bf16_from_numpy_words(self):
         src = torch.randn(64).to(torch.bfloat16)

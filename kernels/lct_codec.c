@@ -301,8 +301,15 @@ int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_el
   uint64_t table = table_offset(cb_bytes);
   memset(out + LCT_HEADER_BYTES, 0, table - LCT_HEADER_BYTES);
   if (cb_bytes) {
-    lct_codebook_serialize(cb, out + LCT_HEADER_BYTES, cb_bytes);
-    encoder_init(&e, cb);
+    /* Codes come from the serialized lengths, as every decoder derives them
+     * (the GPU encoder does the same): a codebook whose lengths are out of
+     * range is refused, and one whose codes disagree with its lengths still
+     * gives a blob that decodes to src. */
+    lct_codebook canon;
+    if (lct_codebook_serialize(cb, out + LCT_HEADER_BYTES, cb_bytes) != 0 ||
+        lct_codebook_parse(dtype, out + LCT_HEADER_BYTES, cb_bytes, &canon) != 0)
+      return LCT_EINVAL;
+    encoder_init(&e, &canon);
   }
   put32(out + 24, header_check(out, cb_bytes));
 

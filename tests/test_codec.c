@@ -195,6 +195,27 @@ Test(codec, argument_errors) {
   cr_assert_eq(info.raw_bytes, 16);
 }
 
+Test(codec, codebooks_are_taken_by_their_lengths) {
+  /* The encoder codes with what the blob's codebook bytes say: a codebook
+   * struct whose codes were altered still round-trips, and one whose lengths
+   * exceed the limit is refused. */
+  size_t len;
+  uint16_t *real = (uint16_t *)test_read_data("A_s100_w.bf16.bin", &len);
+  uint64_t n = len / 2;
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, real, n, &cb), 0);
+  lct_codebook forged = cb;
+  for (unsigned s = 0; s < forged.n_syms; s++) forged.code[s] ^= 1; /* not the canonical codes */
+  roundtrip_with(LCT_DTYPE_BF16, &forged, real, n, NULL);
+  forged = cb;
+  forged.len[0] = LCT_MAX_CODE_LEN + 1;
+  uint8_t *blob = malloc(lct_encode_bound(LCT_DTYPE_BF16, n));
+  cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &forged, real, n, blob, lct_encode_bound(LCT_DTYPE_BF16, n), NULL),
+               LCT_EINVAL);
+  free(blob);
+  free(real);
+}
+
 /* A small two-chunk bf16 blob of real data with a coded and a raw chunk. */
 static uint8_t *small_blob(size_t *blob_len, uint8_t **raw, size_t *raw_len) {
   size_t len;

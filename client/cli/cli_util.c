@@ -59,7 +59,8 @@ int cli_write_file(const char *path, const void *head, size_t head_len, const vo
     return err;
   }
   int err = 0;
-  if (fwrite(head, 1, head_len, f) != head_len || fwrite(data, 1, len, f) != len || fflush(f) != 0)
+  if ((head_len > 0 && fwrite(head, 1, head_len, f) != head_len) ||
+      (len > 0 && fwrite(data, 1, len, f) != len) || fflush(f) != 0)
     err = errno ? errno : EIO;
   if (fclose(f) != 0 && !err) err = errno;
   if (!err && rename(tmp, path) != 0) err = errno;

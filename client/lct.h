@@ -85,7 +85,7 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
  *
  * Synchronization: both calls first synchronize the GPU holding the buffer
  * (cudaDeviceSynchronize, every stream; the caller's current device is
- * restored), so work queued before the call that writes the buffer (put) or
+ * restored; lct_set_device_stream narrows it to one stream), so work queued before the call that writes the buffer (put) or
  * uses it (get) has completed. When they return, lctd is done with the
  * buffer: after a put it may be overwritten; after a get the tensor is in
  * place for any later work, on any stream. The device get does not re-check
@@ -124,6 +124,16 @@ typedef struct lct_device_tensor {
 
 int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
 int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
+
+/* Narrows the synchronization of this client's later device calls (single
+ * and _many) from the whole GPU to one CUDA stream (a cudaStream_t; NULL, the
+ * default, restores the whole GPU): each call then waits for the work queued
+ * on that stream only, so a trainer's other streams keep running while lctd
+ * codes its buffers. Work on other streams that writes a put's buffer or uses
+ * a get's must be ordered before the call by the caller (an event the stream
+ * waits on, say). The stream must belong to the buffers' GPU and outlive its
+ * use here. LCT_ENODEV from a liblct built without CUDA. */
+int lct_set_device_stream(lct_client *c, void *stream);
 
 /* LCT_ENOENT if the key does not exist. */
 int lct_delete(lct_client *c, const char *key);

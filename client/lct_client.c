@@ -54,6 +54,7 @@ struct lct_client {
   uint8_t gpu_uuid[LCT__GPUS][LCT_GPU_UUID_BYTES];
   uint8_t gpu_known[LCT__GPUS];
   lct__cu_attrs_fn pointer_attrs;         /* cuPointerGetAttributes; NULL until first use */
+  cudaStream_t sync_stream;               /* NULL: device calls synchronize the whole GPU */
 #endif
 };
 
@@ -512,7 +513,7 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int
   return 0;
 }
 
-/* Synchronizes dptr's GPU (with sync) and describes the buffer for lctd: its
+/* Synchronizes dptr's GPU or the stream set (with sync) and describes the buffer for lctd: its
  * allocation's IPC handle (exported once per allocation), the offset into it,
  * the GPU's UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be
  * shared by IPC (the host path applies); b->device is set whenever dptr is
@@ -527,8 +528,10 @@ static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, i
   cudaError_t e = cudaGetDevice(&prev);
   if (e != cudaSuccess || (e = cudaSetDevice(b->device)) != cudaSuccess)
     return lct__cuda_fail(c, e, "selecting the buffer's device");
-  if (sync && (e = cudaDeviceSynchronize()) != cudaSuccess) {
-    rc = lct__cuda_fail(c, e, "synchronizing the buffer's device");
+  if (sync && (e = c->sync_stream != NULL ? cudaStreamSynchronize(c->sync_stream) : cudaDeviceSynchronize()) !=
+                  cudaSuccess) {
+    rc = lct__cuda_fail(c, e, c->sync_stream != NULL ? "synchronizing the device stream"
+                                                     : "synchronizing the buffer's device");
     cudaSetDevice(prev); /* best effort: the synchronization's error is the one to report */
     return rc;
   }
@@ -788,6 +791,16 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
 #else
   (void)key, (void)dptr, (void)cap, (void)info;
   return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
+#endif
+}
+
+int lct_set_device_stream(lct_client *c, void *stream) {
+#ifdef LCT_CLIENT_CUDA
+  c->sync_stream = (cudaStream_t)stream;
+  return 0;
+#else
+  (void)stream;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device streams");
 #endif
 }
 

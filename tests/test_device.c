@@ -42,7 +42,7 @@ static void round_trip(lct_client *c) {
     uint8_t *host = test_read_data(slices[i], &bytes);
     int dtype = test_dtype_from_name(slices[i]);
     size_t esize = lct_dtype_size(dtype);
-    at += esize * 3; /* aligned to the element, not to 16 bytes */
+    at = (at + esize - 1) / esize * esize + esize * 3; /* aligned to the element, not to 16 bytes */
     cr_assert_leq(at + bytes, (size_t)4 << 20);
     CUDA_CHECK(cudaMemcpy(src + at, host, bytes, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(dst + at, 0xA5, bytes));
@@ -128,6 +128,48 @@ Test(device, mapping_cached_and_checked, .fini = stop) {
   free(host);
   CUDA_CHECK(cudaFree(a));
   CUDA_CHECK(cudaFree(b));
+  lct_close(c);
+}
+
+/* With a stream set, the device calls wait for that stream only: bytes it is
+ * still copying in when the put is called are the bytes stored. */
+Test(device, stream_scoped_synchronization, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  lct_client *c = test_connect(lctd.ipc);
+  size_t bytes = 64 << 20, n = bytes / 4;
+  float *host, *back, *a, *b;
+  CUDA_CHECK(cudaMallocHost((void **)&host, bytes));
+  CUDA_CHECK(cudaMallocHost((void **)&back, bytes));
+  test_rng rng = {9};
+  for (size_t i = 0; i < n; i++) host[i] = (float)(test_rand(&rng) % 40000) / 1999.0f - 10.0f;
+  CUDA_CHECK(cudaMalloc((void **)&a, bytes));
+  CUDA_CHECK(cudaMalloc((void **)&b, bytes));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaMemcpyAsync(a, host, bytes, cudaMemcpyHostToDevice, s));
+  cr_assert_eq(lct_set_device_stream(c, s), 0);
+  uint64_t half[1] = {n / 2};
+  lct_tensor_info info[2];
+  lct_device_tensor t[2] = {{"lo", LCT_DTYPE_F32, half, 1, a, bytes / 2, &info[0]},
+                            {"hi", LCT_DTYPE_F32, half, 1, a + n / 2, bytes / 2, &info[1]}};
+  size_t failed;
+  cr_assert_eq(lct_put_device_many(c, t, 2, &failed), 0, "%s", lct_last_error(c));
+  cr_assert_eq(info[0].checksum, lct_crc32c(0, host, bytes / 2), "the copy on the stream landed first");
+  cr_assert_eq(info[1].checksum, lct_crc32c(0, host + n / 2, bytes / 2));
+  /* A get into b, then a copy out on the same stream, with no other wait. */
+  t[0].dptr = b, t[1].dptr = b + n / 2;
+  cr_assert_eq(lct_get_device_many(c, t, 2, &failed), 0, "%s", lct_last_error(c));
+  CUDA_CHECK(cudaMemcpyAsync(back, b, bytes, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cr_assert_eq(memcmp(back, host, bytes), 0);
+  cr_assert_eq(lct_set_device_stream(c, NULL), 0, "the whole GPU again");
+  cr_assert_eq(lct_get_device(c, "lo", b, bytes / 2, NULL), 0, "%s", lct_last_error(c));
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  CUDA_CHECK(cudaFreeHost(host));
+  CUDA_CHECK(cudaFreeHost(back));
   lct_close(c);
 }
 

@@ -38,7 +38,7 @@ ap.add_argument("--embd", type=int, default=1024)
 ap.add_argument("--heads", type=int, default=16)
 ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--block", type=int, default=512)
-ap.add_argument("--steps", type=int, default=8)
+ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--scratch-mib", type=int, default=1024,
                 help="OffloadedAdamW scratch: taken from memory the backward pass freed, during step() only")
 ap.add_argument("--lctd-arg", action="append", default=[], help="extra lctd argument (repeatable)")
@@ -146,32 +146,27 @@ def server_seconds(metrics_port):
     return out
 
 
-class Timed:
-    """Wraps a client's get_many and put_many to add up the time the trainer waits in them."""
+class SendTimer:
+    """Adds up the time spent in lct.Batch.send (OffloadedAdamW's requests,
+    on its fetcher and storer threads while the trainer's thread updates),
+    under the names of the calls it serves."""
 
-    def __init__(self, client):
-        self.client = client
+    def __init__(self):
         self.reset()
-        for name in self.seconds:
-            setattr(self, name, self._timed(name))
+        send = lct.Batch.send
+
+        def timed(batch, *args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return send(batch, *args, **kw)
+            finally:
+                name = "put_many" if batch.put else "get_many"
+                self.seconds[name] += time.perf_counter() - t0
+                self.calls[name] += 1
+        lct.Batch.send = timed
 
     def reset(self):
         self.seconds, self.calls = {"get_many": 0.0, "put_many": 0.0}, {"get_many": 0, "put_many": 0}
-
-    def _timed(self, name):
-        fn = getattr(self.client, name)
-
-        def call(*args, **kw):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kw)
-            finally:
-                self.seconds[name] += time.perf_counter() - t0
-                self.calls[name] += 1
-        return call
-
-    def __getattr__(self, name):
-        return getattr(self.client, name)
 
 
 port, metrics_port = free_port(), free_port()
@@ -187,18 +182,17 @@ try:
         except lct.LctError:
             time.sleep(0.1)
     clients = {"ipc": lct.Client(ipc), "tcp": lct.Client(f"tcp://127.0.0.1:{port}")}
-    results = {}
+    results, sends = {}, SendTimer()
     for mode in ("torch", "ipc", "tcp"):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        timed = Timed(clients[mode]) if mode in clients else None
         before = {}
 
         def after_first():
-            if timed is not None:
-                timed.reset()
+            sends.reset()
+            if mode != "torch":
                 before.update(server_seconds(metrics_port))
-        model, opt = make(mode, a.block, timed)
+        model, opt = make(mode, a.block, clients.get(mode))
         losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
         r = {"losses": losses, "step_ms": 1e3 * statistics.median(times[1:]),
              "optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
@@ -215,8 +209,8 @@ try:
             after = server_seconds(metrics_port)
             # Per step, over the steps after the first (which builds every codebook).
             n = a.steps - 1
-            r["client_ms_per_step"] = {k: 1e3 * v / n for k, v in timed.seconds.items()}
-            r["requests_per_step"] = {k: v / n for k, v in timed.calls.items()}
+            r["client_ms_per_step"] = {k: 1e3 * v / n for k, v in sends.seconds.items()}
+            r["requests_per_step"] = {k: v / n for k, v in sends.calls.items()}
             r["lctd_ms_per_step"] = {op: 1e3 * (after[op][1] - before[op][1]) / n for op in after}
         results[mode] = r
         del model, opt
@@ -270,7 +264,8 @@ print(f"{'step ms (median)':28} " + " ".join(f"{results[m]['step_ms']:12.1f}" fo
 print(f"{'  of which optimizer step':28} " +
       " ".join(f"{results[m]['optimizer_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
 for k in ("get_many", "put_many"):
-    print(f"{'  in ' + k:28} {'-':>12} " +
+    mover = "fetcher" if k == "get_many" else "storer"
+    print(f"{'  ' + mover + ' in ' + k:28} {'-':>12} " +
           " ".join(f"{results[m]['client_ms_per_step'][k]:12.1f}" for m in ("ipc", "tcp")))
     op = k.replace("_many", "_device_many")
     print(f"{'    of which lctd':28} {'-':>12} " +

@@ -10,9 +10,9 @@ lct.NotFoundError, which is also a KeyError. lct.LCT_ENOENT and the other
 LCT_E* names give the codes. lct.optim (imported on first use; needs torch)
 holds OffloadedAdamW. numpy and torch are optional.
 """
-from .client import Client, LctError, NotFoundError, ServerInfo, TensorInfo, error_code
+from .client import Batch, Client, LctError, NotFoundError, ServerInfo, TensorInfo, error_code
 
-__all__ = ["Client", "LctError", "NotFoundError", "ServerInfo", "TensorInfo", "error_code", "optim"]
+__all__ = ["Batch", "Client", "LctError", "NotFoundError", "ServerInfo", "TensorInfo", "error_code", "optim"]
 __version__ = "0.1.0"
 
 

@@ -147,6 +147,10 @@ def _key_str(raw):
     return raw.decode("utf-8", "surrogateescape")
 
 
+def _no_finish():
+    pass
+
+
 class _Host:
     """Contiguous memory that liblct reads or fills on behalf of a value: host
     memory, or with device set, a CUDA device buffer for lct_put_device and
@@ -155,9 +159,10 @@ class _Host:
     ptr is None for an empty value; finish() copies a staged get back into the
     caller's object; keep holds whatever owns the memory until the call returns.
     """
-    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device")
+    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device", "copied")
 
-    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None, device=False):
+    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None, device=False,
+                 copied=False):
         self.ptr = ptr if nbytes else None
         self.nbytes = nbytes
         self.shape = tuple(shape)
@@ -165,8 +170,9 @@ class _Host:
         self.natural = natural
         self.what = what
         self.keep = keep
-        self.finish = finish or (lambda: None)
+        self.finish = finish or _no_finish
         self.device = device
+        self.copied = copied  # a put's source copied at packing: its bytes as of then
 
 
 # Whether liblct has the device path; False once it answered LCT_ENODEV
@@ -224,7 +230,8 @@ def _torch_device(torch, t, writable):
     else:
         staged = t.contiguous()
     return _Host(staged.data_ptr(), staged.numel() * staged.element_size(), t.shape,
-                 t.element_size(), natural, what, staged, finish, device=True)
+                 t.element_size(), natural, what, staged, finish, device=True,
+                 copied=not writable and staged is not t)
 
 
 def _numpy_host(np, a, writable):
@@ -314,6 +321,8 @@ class Client:
         self._lock = threading.Lock()
         self._c = None
         self.endpoint = endpoint
+        self._options = dict(endpoint=endpoint, auth_token_file=auth_token_file, timeout_ms=timeout_ms,
+                             connect_timeout_ms=connect_timeout_ms, frame_bytes=frame_bytes)
         opts = _native.Options(
             endpoint=endpoint.encode() if endpoint is not None else None,
             timeout_ms=timeout_ms or 0,
@@ -330,6 +339,12 @@ class Client:
     def __repr__(self):
         state = "closed" if self._c is None else "open"
         return f"<lct.Client {self.endpoint or 'default endpoint'} {state}>"
+
+    def clone(self):
+        """Another connection to the same lctd with the same options: a
+        connection carries one request at a time, so threads that talk to
+        lctd at once take one each."""
+        return Client(**self._options)
 
     def close(self):
         with self._lock:
@@ -433,70 +448,29 @@ class Client:
         self._call(lib.lct_get_alloc, k, ctypes.byref(ptr), ctypes.byref(info))
         return _adopt(ptr.value, info)
 
-    def put_many(self, items):
+    def put_many(self, items, stream=None):
         """Stores (key, value) pairs as put does (dtype and shape from each
         value) and returns their TensorInfo in order. CUDA tensors lying in
         one allocation (slices of one buffer, say) travel together, up to 1024
         per request, coded by lctd in one GPU pass and stored all or none per
-        request; other values are put one by one. Keys must be distinct."""
-        return self._many(list(items), put=True)
+        request; other values are put one by one. Keys must be distinct.
 
-    def get_many(self, items):
+        stream: None synchronizes the CUDA tensors' whole GPU before they
+        travel; a torch.cuda.Stream (or a cudaStream_t as an int) synchronizes
+        that stream only (lct_set_device_stream): work on other streams that
+        writes the tensors must be ordered before it, an event it waits on."""
+        batch = Batch(self, items, put=True)
+        batch.send(stream)
+        return batch.infos()
+
+    def get_many(self, items, stream=None):
         """Fills each out of (key, out) pairs as get(key, out) does and
-        returns the outs; CUDA tensors travel together as in put_many."""
-        items = list(items)
-        self._many(items, put=False)
-        return [out for _, out in items]
-
-    def _many(self, items, put):
-        global _device_path
-        infos = [None] * len(items)
-        batch, single = [], []  # (index, key bytes, _Host, shape array) of CUDA tensors; others by index
-        for i, (key, value) in enumerate(items):
-            host = _host(value, writable=not put) if _device_path else None
-            if put and host is not None and host.natural is None:  # checked before anything is sent
-                raise TypeError(f"a {host.what} needs put() with dtype= (put_many takes the value's own)")
-            if host is None or not host.device or host.nbytes == 0:
-                single.append(i)
-                continue
-            batch.append((i, _key_bytes(key), host, (ctypes.c_uint64 * max(len(host.shape), 1))(*host.shape)))
-        for i in single:
-            key, value = items[i]
-            infos[i] = self.put(key, value) if put else self.get(key, out=value)
-        if not batch:
-            return infos
-        lib = _native.lib()
-        arr = (_native.DeviceTensor * len(batch))()
-        cinfo = (_native.TensorInfo * len(batch))()
-        for j, (_, k, host, dims) in enumerate(batch):
-            d = arr[j]
-            d.key, d.shape, d.ndim, d.dptr, d.bytes = k, dims, len(host.shape), host.ptr, host.nbytes
-            d.dtype = _dtype_code(host.natural) if put else 0
-            d.info = ctypes.pointer(cinfo[j])
-        failed = ctypes.c_size_t()
-        try:
-            self._call(lib.lct_put_device_many if put else lib.lct_get_device_many, arr, len(batch),
-                       ctypes.byref(failed))
-        except LctError as e:
-            if e.code != error_code("LCT_ENODEV"):
-                if failed.value < len(batch):
-                    e.detail = f"{_key_str(batch[failed.value][1])}: {e.detail}"
-                raise
-            _device_path = False  # this liblct was built without CUDA: one by one through host memory
-            for i, _, _, _ in batch:
-                key, value = items[i]
-                infos[i] = self.put(key, value) if put else self.get(key, out=value)
-            return infos
-        first_error = None  # every staged out is filled before a mismatch is raised
-        for j, (i, k, host, _) in enumerate(batch):
-            if put:
-                infos[i] = _tensor_info(_key_str(k), cinfo[j])
-                continue
-            host.finish()
-            first_error = first_error or _out_mismatch(k, cinfo[j], host)
-        if first_error is not None:
-            raise first_error
-        return infos
+        returns the outs; CUDA tensors travel together, and stream applies,
+        as in put_many (work on other streams that uses the outs must be
+        ordered before it)."""
+        batch = Batch(self, items, put=False)
+        batch.send(stream)
+        return [out for _, out in batch.items]
 
     def delete(self, key):
         """Removes key; NotFoundError (an LctError and KeyError) if absent."""
@@ -543,6 +517,145 @@ class Client:
         self._call(_native.lib().lct_ping, ctypes.byref(i))
         return ServerInfo(server=i.server.decode(), backend=i.backend.decode(),
                           protocol=i.protocol, frame_bytes=i.frame_bytes)
+
+
+class Batch:
+    """The (key, value) pairs of a put_many or get_many (put: which), checked
+    and packed for liblct once: a trainer that moves the same tensors every
+    step sends the same Batch each time, and only the requests' work remains.
+    Each send() stores the values' current bytes, or fills the outs, as
+    put_many or get_many does (a source packed through a copy, a strided CUDA
+    tensor, is packed again). The values must stay alive and in place while
+    the Batch is used."""
+
+    def __init__(self, client, items, put):
+        self.client = client
+        self.put = put
+        self.items = list(items)
+        self._infos = [None] * len(self.items)
+        self._released = False
+        self._pack()
+
+    def _pack(self):
+        put = self.put
+        self._device_path = _device_path
+        self._repack = False
+        batch, self._single = [], []  # (index, key bytes, _Host, shape array) of CUDA tensors; others by index
+        for i, (key, value) in enumerate(self.items):
+            host = _host(value, writable=not put) if _device_path else None
+            if put and host is not None and host.natural is None:  # checked before anything is sent
+                raise TypeError(f"a {host.what} needs put() with dtype= (put_many takes the value's own)")
+            if host is None or not host.device or host.nbytes == 0:
+                self._single.append(i)
+                continue
+            self._repack |= host.copied
+            batch.append((i, _key_bytes(key), host, (ctypes.c_uint64 * max(len(host.shape), 1))(*host.shape)))
+        self._batch = batch
+        # What retarget() may swap in place: a CUDA tensor of the same type, dtype, shape and device.
+        self._layout = [_layout(self.items[i][1]) for i, _, _, _ in batch]
+        self._arr = (_native.DeviceTensor * len(batch))()
+        self._cinfo = (_native.TensorInfo * len(batch))()
+        for j, (_, k, host, dims) in enumerate(batch):
+            d = self._arr[j]
+            d.key, d.shape, d.ndim, d.dptr, d.bytes = k, dims, len(host.shape), host.ptr, host.nbytes
+            d.dtype = _dtype_code(host.natural) if put else 0
+            d.info = ctypes.pointer(self._cinfo[j])
+
+    def send(self, stream=None):
+        """One round: the values one by one, then the CUDA tensors' requests.
+        stream: as for put_many."""
+        global _device_path
+        if self._released:
+            raise ValueError("the batch was released: retarget() gives it values again")
+        if self._repack or self._device_path != _device_path:
+            self._pack()
+        client, put = self.client, self.put
+        for i in self._single:
+            key, value = self.items[i]
+            if put:
+                self._infos[i] = client.put(key, value)
+            else:
+                client.get(key, out=value)
+        batch = self._batch
+        if not batch:
+            return
+        lib = _native.lib()
+        failed = ctypes.c_size_t()
+        many = lib.lct_put_device_many if put else lib.lct_get_device_many
+        if stream is not None:
+            handle = ctypes.c_void_p(getattr(stream, "cuda_stream", stream))
+
+            def many(c, *args, plain=many):
+                lib.lct_set_device_stream(c, handle)  # LCT_ENODEV without CUDA: then so is plain
+                try:
+                    return plain(c, *args)
+                finally:
+                    lib.lct_set_device_stream(c, None)
+        try:
+            client._call(many, self._arr, len(batch), ctypes.byref(failed))
+        except LctError as e:
+            if e.code != error_code("LCT_ENODEV"):
+                if failed.value < len(batch):
+                    e.detail = f"{_key_str(batch[failed.value][1])}: {e.detail}"
+                raise
+            _device_path = False  # this liblct was built without CUDA: one by one through host memory
+            for i, _, _, _ in batch:
+                key, value = self.items[i]
+                if put:
+                    self._infos[i] = client.put(key, value)
+                else:
+                    client.get(key, out=value)
+            self._pack()
+            return
+        if put:
+            return
+        first_error = None  # every staged out is filled before a mismatch is raised
+        for j, (_, k, host, _) in enumerate(batch):
+            host.finish()
+            first_error = first_error or _out_mismatch(k, self._cinfo[j], host)
+        if first_error is not None:
+            raise first_error
+
+    def retarget(self, values):
+        """Takes new values for the batch's keys, in order. Where each CUDA
+        tensor has the dtype and shape of the one it replaces (the same
+        layout in a buffer allocated anew, say), only its address is packed
+        again; otherwise the batch is packed afresh."""
+        values = list(values)
+        if len(values) != len(self.items):
+            raise ValueError(f"{len(values)} values for a batch of {len(self.items)}")
+        self.items = [(key, v) for (key, _), v in zip(self.items, values)]
+        self._released = False
+        same = not self._repack and self._device_path == _device_path
+        for j, (i, k, host, dims) in enumerate(self._batch):
+            if not same:
+                break
+            v = values[i]
+            same = _layout(v) == self._layout[j] and v.is_contiguous()
+            if same:
+                self._arr[j].dptr = host.ptr = v.data_ptr()
+                host.keep, host.finish = v, _no_finish
+        if not same:
+            self._pack()
+
+    def release(self):
+        """Lets go of the values (the packing stays for retarget): a batch
+        kept between uses holds no memory of theirs."""
+        self.items = [(key, None) for key, _ in self.items]
+        self._released = True
+        for _, _, host, _ in self._batch:
+            host.keep = None
+            host.finish = _no_finish
+
+    def infos(self):
+        """The TensorInfo of each item as the last send() stored it (put)."""
+        for j, (i, k, _, _) in enumerate(self._batch):
+            self._infos[i] = _tensor_info(_key_str(k), self._cinfo[j])
+        return list(self._infos)
+
+
+def _layout(t):
+    return type(t), t.dtype, t.shape, t.device
 
 
 def _out_mismatch(k, info, host):

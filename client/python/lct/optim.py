@@ -1,7 +1,14 @@
 """optim.py — OffloadedAdamW: AdamW whose moments live in lctd between steps, updated through a bounded scratch buffer."""
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 
+from .client import Batch
+
 _ALIGN = 256  # scratch slots start at multiples of this (any dtype's view, coalesced device access)
+_PARTS = 3  # the scratch's parts: a group updating, the next fetched, the previous stored
+_RAMP = 4  # the first and last groups take at most 1/_RAMP of a part
 _MIN_AUTO_SCRATCH = 256 << 20
 _UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
 _CODED = (torch.float32, torch.bfloat16, torch.float16)  # state dtypes lct codes; others go raw
@@ -15,14 +22,20 @@ class OffloadedAdamW(torch.optim.Optimizer):
     """torch.optim.AdamW (foreach=False, fused=False) with exp_avg and
     exp_avg_sq kept in lctd instead of in the trainer's memory.
 
-    Each step walks the parameters that have gradients in order, taking as
-    many as fit in a scratch buffer of scratch_bytes on their device: it
-    fetches their moments from lctd into the scratch, applies the update with
-    the same operations in the same order as PyTorch's single-tensor AdamW (so
-    parameters and moments are bitwise identical to torch.optim.AdamW's), puts
-    the moments back and moves on. A group's moments travel in one request
-    each way (Client.get_many, put_many: for CUDA parameters lctd decodes into
-    and encodes from the scratch in one GPU pass). Besides the parameters and
+    Each step walks the parameters that have gradients in order, in groups
+    of as many as fit in a third of a scratch buffer of scratch_bytes on
+    their device: it fetches a group's moments from lctd into its part,
+    applies the update with the same operations in the same order as
+    PyTorch's single-tensor AdamW (so parameters and moments are bitwise
+    identical to torch.optim.AdamW's), puts the moments back and moves on.
+    The three parts rotate so that the requests overlap the updates: while a
+    group updates, a fetcher thread gets the next group's moments and a
+    storer thread puts the previous group's back, each synchronizing a CUDA
+    stream of its own (Client.put_many's stream), so the trainer's stream
+    never waits for lctd. A group's moments travel in one request each way
+    (Client.get_many, put_many: for CUDA parameters lctd decodes into and
+    encodes from the scratch in one GPU pass); the fetcher uses client, the
+    storer a second connection (client.clone()). Besides the parameters and
     gradients the trainer holds only the scratch, and only during step(): it
     is taken from and returned to PyTorch's caching allocator, so it reuses
     memory the backward pass freed (for CPU parameters, plus one host copy of
@@ -41,9 +54,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
     receives the master rounded to its dtype. This equals torch.optim.AdamW
     run on float32 parameters.
 
-    scratch_bytes: None sizes the scratch to the largest parameter's need (at
-    least 256 MiB); a parameter needs 3 (4 with master weights) slots of its
-    state size. A given size smaller than one parameter's need is an error.
+    scratch_bytes: None sizes the scratch to three times the largest
+    parameter's need (at least 256 MiB); a parameter needs 3 (4 with master
+    weights) slots of its state size. A given size whose third cannot hold
+    one parameter's need is an error.
     """
 
     def __init__(self, params, client, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
@@ -60,6 +74,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
             raise ValueError(f"invalid scratch_bytes {scratch_bytes}")
         # add_param_group, called by Optimizer.__init__, checks against these.
         self.client = client
+        self._store_client = None  # the storer's connection (client.clone()), opened at the first step
+        self._batches = {}  # ("fetch" or "store", group number): its requests, packed, released between steps
         self.key_prefix = key_prefix
         self.offload_master_weights = offload_master_weights
         self._auto_scratch = scratch_bytes is None
@@ -90,11 +106,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 if torch.is_complex(p) or not p.is_floating_point():
                     raise ValueError(f"OffloadedAdamW takes real floating-point parameters, not {p.dtype}")
                 need = self._need(p)
-                if need > self.scratch_bytes and not self._auto_scratch:
+                if need > self._part() and not self._auto_scratch:
                     raise ValueError(f"a parameter of shape {tuple(p.shape)} needs {need} bytes of "
-                                     f"scratch; scratch_bytes is {self.scratch_bytes}")
-                if need > self.scratch_bytes:
-                    self.scratch_bytes = need
+                                     f"scratch, {_PARTS} times that in all; scratch_bytes is {self.scratch_bytes}")
+                if need > self._part():
+                    self.scratch_bytes = _PARTS * need
         except ValueError:
             self.param_groups.pop()
             raise
@@ -116,74 +132,165 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        batch, used, device, scratch = [], 0, None, {}
+        groups = self._groups()
+        if groups:
+            self._pipeline(groups)
+        return loss
+
+    def _part(self):
+        return self.scratch_bytes // _PARTS // _ALIGN * _ALIGN
+
+    def _groups(self):
+        """The parameters with gradients, in order, cut into groups of one
+        device whose states fit a part of the scratch. The first group and
+        the last take at most a quarter of a part (or one parameter): the
+        pipeline fills and drains through small requests."""
+        groups, batch, used, part = [], [], 0, self._part()
         for index, group, p in self._indexed_params():
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
             need = self._need(p)
-            if batch and (used + need > self.scratch_bytes or p.device != device):
-                self._update(batch, scratch[device])
+            room = part if groups else part // _RAMP
+            if batch and (used + need > room or p.device != batch[0][2].device):
+                groups.append(batch)
                 batch, used = [], 0
-            if p.device not in scratch:
-                scratch[p.device] = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=p.device)
             batch.append((index, group, p))
             used += need
-            device = p.device
-        if batch:
-            self._update(batch, scratch[device])
-        return loss
+        tail, used = [], 0
+        while len(batch) > 1 and used + self._need(batch[-1][2]) <= part // _RAMP:
+            used += self._need(batch[-1][2])
+            tail.insert(0, batch.pop())
+        return [g for g in groups + [batch, tail] if g]
 
-    def _update(self, batch, buf):
-        """Fetch, update and store back the states of params that fit in one scratch."""
-        off = 0
+    def _pipeline(self, groups):
+        """Updates the groups in order, group i in part i % _PARTS of its
+        device's scratch, while two mover threads carry the requests: the
+        fetcher gets the states of the groups ahead (group i + _PARTS once
+        group i is stored), the storer puts each group's back once updated.
+        Each mover has its own connection and synchronizes its own CUDA
+        stream, which waits for what the part held before (the scratch's
+        previous use, ready; a group's update, done), so the trainer's stream
+        never stops for lctd."""
+        part, plans, scratch = self._part(), [], {}
+
+        def planned(i):
+            # Planned just before its fetch: the first fetch waits for one plan only.
+            device = groups[i][0][2].device
+            if device not in scratch:
+                buf = torch.empty(_PARTS * part, dtype=torch.uint8, device=device)
+                streams = (None, None)
+                if device.type == "cuda":
+                    streams = torch.cuda.Stream(device), torch.cuda.Stream(device)
+                    # The allocator hands out memory whose last use is queued on the current stream.
+                    streams[0].wait_stream(torch.cuda.current_stream(device))
+                scratch[device] = buf, streams
+            buf, streams = scratch[device]
+            plans.append(self._plan(groups[i], buf[i % _PARTS * part:][:part], *streams))
+            return i
+
+        if self._store_client is None:
+            self._store_client = self.client.clone()
+        stored = []
+
+        def send(slot, client, items, stream, put):
+            # The same group as last step: its requests are packed already.
+            b = self._batches.get(slot)
+            if b is not None and b.client is client and [k for k, _ in b.items] == [k for k, _ in items]:
+                b.retarget(t for _, t in items)
+            else:
+                b = self._batches[slot] = Batch(client, items, put)
+            b.send(stream)
+
+        def fetch(i):
+            plan = plans[i]
+            if i >= _PARTS:
+                stored[i - _PARTS].result()  # the part is free once its last group is stored
+            if plan.fetch:
+                send(("fetch", i), self.client, plan.fetch, plan.fetch_stream, put=False)
+
+        def store(i, done):
+            plan = plans[i]
+            if done is not None:
+                plan.store_stream.wait_event(done)
+            if plan.coded:
+                send(("store", i), self._store_client, plan.coded, plan.store_stream, put=True)
+            for key, t in plan.raw:
+                self._store_client.put(key, t, dtype="raw")
+
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="lct-fetch") as fetcher, \
+                    ThreadPoolExecutor(1, thread_name_prefix="lct-store") as storer:
+                fetched = [fetcher.submit(fetch, planned(i)) for i in range(min(_PARTS, len(groups)))]
+                for i in range(len(groups)):
+                    fetched[i].result()  # raises a failed fetch, or a failed store of this part
+                    plan = plans[i]
+                    self._update(plan)
+                    done = None
+                    if plan.store_stream is not None:
+                        done = torch.cuda.Event()
+                        done.record(torch.cuda.current_stream(plan.store_stream.device))
+                    stored.append(storer.submit(store, i, done))
+                    if i + _PARTS < len(groups):
+                        fetched.append(fetcher.submit(fetch, planned(i + _PARTS)))
+                for f in stored:
+                    f.result()
+        finally:
+            # The packed requests stay for the next step; the scratch goes back to the allocator.
+            for slot in [s for s in self._batches if s[1] >= len(groups)]:
+                del self._batches[slot]
+            for b in self._batches.values():
+                b.release()
+
+    def _plan(self, batch, buf, fetch_stream, store_stream):
+        """A group's slots in its part of the scratch and its requests."""
+        off, typed = 0, {}
 
         def slot(p):
             nonlocal off
             dtype = self._state_dtype(p)
-            n = p.numel() * dtype.itemsize
-            view = buf[off:off + n].view(dtype).view(p.shape)
-            off += _aligned(n)
+            if dtype not in typed:
+                base = buf.view(dtype)
+                typed[dtype] = base, base.storage_offset()
+            base, at = typed[dtype]
+            view = base.as_strided(p.shape, _contiguous_strides(p.shape), at + off // dtype.itemsize)
+            off += _aligned(p.numel() * dtype.itemsize)
             return view
 
-        work, fetch = [], []
+        plan = _Plan(fetch_stream, store_stream)
         for index, group, p in batch:
             m, v, tmp = slot(p), slot(p), slot(p)
             master = slot(p) if self.offload_master_weights else None
             state = self.state[p]
-            if not state:
-                # As torch.optim.AdamW initialises: a step counter on the CPU, zero moments.
+            fresh = not state
+            if fresh:
+                # As torch.optim.AdamW initialises: a step counter on the CPU (zero moments at the update).
                 state["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+            else:
+                plan.fetch += [(self._key(index, "exp_avg"), m), (self._key(index, "exp_avg_sq"), v)]
+                if master is not None:
+                    plan.fetch.append((self._key(index, "master_param"), master))
+            plan.work.append((group, p, m, v, tmp, master, fresh))
+            for name, t in (("exp_avg", m), ("exp_avg_sq", v), ("master_param", master)):
+                if t is not None:
+                    (plan.coded if t.dtype in _CODED else plan.raw).append((self._key(index, name), t))
+        return plan
+
+    def _update(self, plan):
+        """The AdamW update of a group whose states are in its scratch."""
+        for group, p, m, v, tmp, master, fresh in plan.work:
+            if fresh:
                 m.zero_()
                 v.zero_()
                 if master is not None:
                     master.copy_(p)
-            else:
-                fetch += [(self._key(index, "exp_avg"), m), (self._key(index, "exp_avg_sq"), v)]
-                if master is not None:
-                    fetch.append((self._key(index, "master_param"), master))
-            work.append((index, group, p, m, v, tmp, master))
-        if fetch:
-            self.client.get_many(fetch)
-
-        store = []
-        for index, group, p, m, v, tmp, master in work:
             if master is None:
                 _adamw_step(p, p.grad, m, v, tmp, self.state[p]["step"], group)
             else:
                 tmp.copy_(p.grad)
                 _adamw_step(master, tmp, m, v, tmp, self.state[p]["step"], group)
                 p.copy_(master)
-            store += [(index, "exp_avg", m), (index, "exp_avg_sq", v)]
-            if master is not None:
-                store.append((index, "master_param", master))
-        coded = [(self._key(i, name), t) for i, name, t in store if t.dtype in _CODED]
-        if coded:
-            self.client.put_many(coded)
-        for i, name, t in store:
-            if t.dtype not in _CODED:
-                self._put(i, name, t)
 
     def _put(self, index, name, t):
         self.client.put(self._key(index, name), t, dtype=None if t.dtype in _CODED else "raw")
@@ -229,6 +336,24 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if self.offload_master_weights:
                 master = s.get("master_param")
                 self._put(index, "master_param", (master if master is not None else p).to(torch.float32))
+
+
+class _Plan:
+    """One group's requests: states to fetch into the scratch, and to store
+    from it (coded by lctd, or raw), with the streams the movers synchronize."""
+
+    def __init__(self, fetch_stream, store_stream):
+        self.fetch_stream, self.store_stream = fetch_stream, store_stream
+        self.fetch, self.coded, self.raw, self.work = [], [], [], []
+
+
+@functools.lru_cache(maxsize=1024)
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def _scalar_dtype():

@@ -263,6 +263,23 @@ class TestNumpy(LctdTestCase):
         got = self.client.get_many((k, o) for (k, _), o in zip(pairs, again))
         self.assertEqual([g.tobytes() for g in got], [v.tobytes() for v in values])
 
+    def test_batch(self):
+        # Host values: one by one at each send, the values retargeted in order.
+        keys = [self.key(f"batch{i}") for i in range(2)]
+        first = [np.arange(10, dtype=np.float32), np.ones(4, np.float16)]
+        batch = lct.Batch(self.client, zip(keys, first), put=True)
+        batch.send()
+        self.assertEqual([i.shape for i in batch.infos()], [(10,), (4,)])
+        second = [np.arange(10, 20, dtype=np.float32), np.zeros(4, np.float16)]
+        batch.retarget(second)
+        batch.send()
+        self.assertEqual(self.client.get(keys[0]).tobytes(), second[0].tobytes())
+        batch.release()
+        with self.assertRaises(ValueError):
+            batch.send()
+        with self.assertRaises(ValueError):
+            batch.retarget(second[:1])
+
     def test_shapes(self):
         rng = np.random.default_rng(6)
         for shape in [(), (1,), (0,), (3, 0, 2), (2, 3, 4, 5), (1,) * 8]:

@@ -84,6 +84,41 @@ class TestDeviceToDevice(_DeviceCase):
         with self.assertRaises(lct.NotFoundError):
             self.client.get_many([(keys[0], outs[0]), (f"{self.id()}/absent", outs[1])])
 
+    def test_batch_retargeted_and_released(self):
+        # A batch packed over one buffer, sent again over another of the same layout.
+        g = torch.Generator().manual_seed(3)
+        shapes = [(300, 7), (5000,)]
+
+        def layout():
+            buf = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+            return [buf[:8400].view(torch.float32).view(shapes[0]),
+                    buf[8448:18448].view(torch.bfloat16).view(shapes[1])]
+        keys = [f"{self.id()}/{i}" for i in range(2)]
+        a, b = layout(), layout()
+        for v in a + b:
+            v.copy_(torch.randn(v.shape, generator=g))
+        put = lct.Batch(self.client, zip(keys, a), put=True)
+        put.send()
+        put.retarget(b)
+        self.assertEqual([d.dptr for d in put._arr], [v.data_ptr() for v in b], "only the addresses changed")
+        stream = torch.cuda.Stream()
+        put.send(stream)
+        self.assertEqual([i.checksum for i in put.infos()], [self.client.stat(k).checksum for k in keys])
+        outs = [torch.full_like(v, float("nan")) for v in a]
+        get = lct.Batch(self.client, zip(keys, outs), put=False)
+        get.send(stream)
+        for v, o in zip(b, outs):
+            self.assertTrue(torch.equal(tensor_bits(o), tensor_bits(v)), "b's bytes were stored")
+        get.release()
+        self.assertEqual([v for _, v in get.items], [None, None])
+        with self.assertRaises(ValueError):
+            get.send()
+        # Another shape: packed afresh, and the size mismatch named.
+        get.retarget([torch.empty(300, 8, device="cuda"), outs[1]])
+        with self.assertRaises(lct.LctError) as cm:
+            get.send()
+        self.assertIn(keys[0], str(cm.exception))
+
     def test_optimizer_moves_states_device_to_device(self):
         from test_optim import HYPER, backward, make_model
         ref_model = make_model("cuda", torch.float32)

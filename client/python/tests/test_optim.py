@@ -79,9 +79,9 @@ class TestOffloadedAdamW(LctdTestCase):
             for dtype in (torch.float32, torch.bfloat16):
                 with self.subTest(device=device, dtype=dtype):
                     prefix = self.key(f"{device}/{dtype}/")
-                    # Room for the largest parameter only: every step walks several batches.
+                    # Parts with room for the largest parameter only: every step walks several groups.
                     largest = max(p.numel() for p in make_model(device, dtype).parameters())
-                    scratch = 3 * largest * dtype.itemsize + 3 * 256
+                    scratch = 3 * (3 * largest * dtype.itemsize + 3 * 256)
                     pair = self.pair(device, dtype, prefix, scratch_bytes=scratch)
                     self.train_and_compare(*pair, device, STEPS)
                     ref, off = pair[1], pair[3]

@@ -76,6 +76,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self.client = client
         self._store_client = None  # the storer's connection (client.clone()), opened at the first step
         self._batches = {}  # ("fetch" or "store", group number): its requests, packed, released between steps
+        self._shapes = {}  # parameter index: _shape()
         self.key_prefix = key_prefix
         self.offload_master_weights = offload_master_weights
         self._auto_scratch = scratch_bytes is None
@@ -151,16 +152,17 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
-            need = self._need(p)
+            _, _, dtype, elems, slots, _, _ = self._shape(index, p)
+            need = slots * elems * dtype.itemsize
             room = part if groups else part // _RAMP
             if batch and (used + need > room or p.device != batch[0][2].device):
                 groups.append(batch)
                 batch, used = [], 0
-            batch.append((index, group, p))
+            batch.append((index, group, p, need))
             used += need
         tail, used = [], 0
-        while len(batch) > 1 and used + self._need(batch[-1][2]) <= part // _RAMP:
-            used += self._need(batch[-1][2])
+        while len(batch) > 1 and used + batch[-1][3] <= part // _RAMP:
+            used += batch[-1][3]
             tail.insert(0, batch.pop())
         return [g for g in groups + [batch, tail] if g]
 
@@ -243,38 +245,46 @@ class OffloadedAdamW(torch.optim.Optimizer):
             for b in self._batches.values():
                 b.release()
 
+    def _shape(self, index, p):
+        """What a parameter's states take in the scratch, worked out once:
+        (param, shape, state dtype, slot elements, slots, keys, coded)."""
+        known = self._shapes.get(index)
+        if known is not None and known[0] is p and known[1] == p.shape:
+            return known
+        dtype = self._state_dtype(p)
+        slots = 4 if self.offload_master_weights else 3
+        names = ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
+        known = (p, p.shape, dtype, _aligned(p.numel() * dtype.itemsize) // dtype.itemsize, slots,
+                 tuple(self._key(index, name) for name in names), dtype in _CODED)
+        self._shapes[index] = known
+        return known
+
     def _plan(self, batch, buf, fetch_stream, store_stream):
         """A group's slots in its part of the scratch and its requests."""
         off, typed = 0, {}
-
-        def slot(p):
-            nonlocal off
-            dtype = self._state_dtype(p)
+        plan = _Plan(fetch_stream, store_stream)
+        for index, group, p, _ in batch:
+            _, shape, dtype, elems, slots, keys, coded = self._shape(index, p)
             if dtype not in typed:
                 base = buf.view(dtype)
                 typed[dtype] = base, base.storage_offset()
             base, at = typed[dtype]
-            view = base.as_strided(p.shape, _contiguous_strides(p.shape), at + off // dtype.itemsize)
-            off += _aligned(p.numel() * dtype.itemsize)
-            return view
-
-        plan = _Plan(fetch_stream, store_stream)
-        for index, group, p in batch:
-            m, v, tmp = slot(p), slot(p), slot(p)
-            master = slot(p) if self.offload_master_weights else None
+            # One view of the parameter's slots, split: m, v, denom (and master).
+            views = base.as_strided((slots,) + tuple(shape), (elems,) + _contiguous_strides(shape),
+                                    at + off // dtype.itemsize).unbind(0)
+            off += slots * elems * dtype.itemsize
+            m, v, tmp = views[:3]
+            master = views[3] if slots == 4 else None
             state = self.state[p]
             fresh = not state
             if fresh:
                 # As torch.optim.AdamW initialises: a step counter on the CPU (zero moments at the update).
                 state["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
-            else:
-                plan.fetch += [(self._key(index, "exp_avg"), m), (self._key(index, "exp_avg_sq"), v)]
-                if master is not None:
-                    plan.fetch.append((self._key(index, "master_param"), master))
+            moved = list(zip(keys, (m, v, master)))
+            if not fresh:
+                plan.fetch += moved
+            (plan.coded if coded else plan.raw).extend(moved)
             plan.work.append((group, p, m, v, tmp, master, fresh))
-            for name, t in (("exp_avg", m), ("exp_avg_sq", v), ("master_param", master)):
-                if t is not None:
-                    (plan.coded if t.dtype in _CODED else plan.raw).append((self._key(index, name), t))
         return plan
 
     def _update(self, plan):

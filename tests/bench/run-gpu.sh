@@ -57,7 +57,7 @@ if command -v compute-sanitizer >/dev/null; then
   : >"$out/sanitizer.log"
   for t in ${LCT_SAN_TESTS:-every_dtype_kind_and_size unaligned_input_and_output stale_codebook shared_tensor_slices \
     golden_blobs histogram_matches_cpu batch_equals_single argument_errors truncated_blobs_rejected \
-    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected}; do
+    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected empty_blob_with_trailing_bytes_rejected}; do
     echo "== $t" >>"$out/sanitizer.log"
     timeout "${LCT_SAN_TIMEOUT:-120}" compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
       "$build/bin/test_cuda_codec" --jobs=1 --filter="cuda_codec/$t" >>"$out/sanitizer.log" 2>&1

@@ -7,7 +7,7 @@ import torch
 from .client import Batch
 
 _ALIGN = 256  # scratch slots start at multiples of this (any dtype's view, coalesced device access)
-_PARTS = 3  # the scratch's parts: a group updating, the next fetched, the previous stored
+_PARTS = 4  # the scratch's parts: a group updating, the next ones fetched, the previous stored
 _RAMP = 4  # the first and last groups take at most 1/_RAMP of a part
 _MIN_AUTO_SCRATCH = 256 << 20
 _UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
@@ -23,14 +23,14 @@ class OffloadedAdamW(torch.optim.Optimizer):
     exp_avg_sq kept in lctd instead of in the trainer's memory.
 
     Each step walks the parameters that have gradients in order, in groups
-    of as many as fit in a third of a scratch buffer of scratch_bytes on
+    of as many as fit in a quarter of a scratch buffer of scratch_bytes on
     their device: it fetches a group's moments from lctd into its part,
     applies the update with the same operations in the same order as
     PyTorch's single-tensor AdamW (so parameters and moments are bitwise
     identical to torch.optim.AdamW's), puts the moments back and moves on.
-    The three parts rotate so that the requests overlap the updates: while a
-    group updates, a fetcher thread gets the next group's moments and a
-    storer thread puts the previous group's back, each synchronizing a CUDA
+    The four parts rotate so that the requests overlap the updates: while a
+    group updates, a fetcher thread gets the next groups' moments and a
+    storer thread puts the previous groups' back, each synchronizing a CUDA
     stream of its own (Client.put_many's stream), so the trainer's stream
     never waits for lctd. A group's moments travel in one request each way
     (Client.get_many, put_many: for CUDA parameters lctd decodes into and
@@ -54,10 +54,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
     receives the master rounded to its dtype. This equals torch.optim.AdamW
     run on float32 parameters.
 
-    scratch_bytes: None sizes the scratch to three times the largest
+    scratch_bytes: None sizes the scratch to four times the largest
     parameter's need (at least 256 MiB); a parameter needs 3 (4 with master
-    weights) slots of its state size. A given size whose third cannot hold
-    one parameter's need is an error.
+    weights) slots of its state size. A given size whose quarter cannot hold
+    one parameter's need is an error. The requests overlap the updates best
+    when a part holds a few hundred MiB.
     """
 
     def __init__(self, params, client, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,

@@ -81,7 +81,7 @@ class TestOffloadedAdamW(LctdTestCase):
                     prefix = self.key(f"{device}/{dtype}/")
                     # Parts with room for the largest parameter only: every step walks several groups.
                     largest = max(p.numel() for p in make_model(device, dtype).parameters())
-                    scratch = 3 * (3 * largest * dtype.itemsize + 3 * 256)
+                    scratch = 4 * (3 * largest * dtype.itemsize + 3 * 256)
                     pair = self.pair(device, dtype, prefix, scratch_bytes=scratch)
                     self.train_and_compare(*pair, device, STEPS)
                     ref, off = pair[1], pair[3]

@@ -4,8 +4,10 @@ OffloadedAdamW keeping its Adam states in lctd (same GPU over ipc, and over tcp 
 
 Asserts that the loss of every step is bitwise identical between torch AdamW and the
 offloaded optimizer, and reports trainer peak GPU memory, lctd's resident bytes and ratio
-per state kind, step time and its overhead, and the longest sequence length that trains
-under a fixed per-process memory cap with each. Needs a CUDA GPU, torch, and a built lctd:
+per state kind (each mode trained alone), step time and its overhead (the three modes
+trained side by side, a step of each in turn, so that the machine's drifts fall on all
+alike), and the longest sequence length that trains under a fixed per-process memory cap
+with each. Needs a CUDA GPU, torch, and a built lctd:
 
     tests/bench/train_offload.py --lctd build/bin/lctd --out results/
 """
@@ -89,14 +91,14 @@ class GPT(nn.Module):
         return self.head(self.lnf(x))
 
 
-def make(mode, block, client=None):
+def make(mode, block, client=None, prefix=""):
     torch.manual_seed(0)
     model = GPT(block).to(dev)
     if mode == "torch":
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WD, foreach=False, fused=False)
     else:
         opt = lct.optim.OffloadedAdamW(model.parameters(), client, lr=LR, betas=BETAS, weight_decay=WD,
-                                       key_prefix=f"{mode}/{block}/", scratch_bytes=a.scratch_mib << 20)
+                                       key_prefix=f"{prefix}{mode}/{block}/", scratch_bytes=a.scratch_mib << 20)
     return model, opt
 
 
@@ -107,27 +109,53 @@ def batches(n, batch, block):
         yield (torch.stack([data[i:i + block] for i in ix]), torch.stack([data[i + 1:i + block + 1] for i in ix]))
 
 
+def step(model, opt, x, y):
+    """One training step: its loss, its time and its optimizer step's time (the part the offload changes)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(x).view(-1, 256).float(), y.view(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    opt.step()
+    loss = loss.item()  # synchronizes
+    t2 = time.perf_counter()
+    return loss, t2 - t0, t2 - t1
+
+
 def train(model, opt, n, batch, block, after_first=None):
-    """Losses, step times and optimizer-step times (the part the offload changes);
-    after_first, if given, is called after the first step (which builds every codebook)."""
+    """Losses, step times and optimizer-step times; after_first, if given, is
+    called after the first step (which builds every codebook)."""
     losses, times, opt_times = [], [], []
     for x, y in batches(n, batch, block):
         if len(losses) == 1 and after_first is not None:
             after_first()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x).view(-1, 256).float(), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        opt.step()
-        losses.append(loss.item())  # synchronizes
-        t2 = time.perf_counter()
-        times.append(t2 - t0)
-        opt_times.append(t2 - t1)
+        loss, t, t_opt = step(model, opt, x, y)
+        losses.append(loss)
+        times.append(t)
+        opt_times.append(t_opt)
     return losses, times, opt_times
+
+
+def interleaved(modes, clients):
+    """Step times with every mode's model resident, one step of each mode in
+    turn, the order rotating each step: drifts of the machine (clocks, other
+    tenants) fall on all modes alike. {mode: (step times, optimizer times)},
+    the first step (codebooks built) left out."""
+    runs = {m: make(m, a.block, clients.get(m), prefix="interleaved/") for m in modes}
+    times = {m: ([], []) for m in modes}
+    for k, (x, y) in enumerate(batches(a.steps, a.batch, a.block)):
+        for m in modes[k % len(modes):] + modes[:k % len(modes)]:
+            _, t, t_opt = step(*runs[m], x, y)
+            if k > 0:
+                times[m][0].append(t)
+                times[m][1].append(t_opt)
+    for client in clients.values():  # the pool's room goes to the context search
+        for t in list(client.list(prefix="interleaved/")):
+            client.delete(t.key)
+    return times
 
 
 def free_port():
@@ -200,8 +228,8 @@ try:
                 before.update(server_seconds(metrics_port))
         model, opt = make(mode, a.block, clients.get(mode))
         losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
-        r = {"losses": losses, "step_ms": 1e3 * statistics.median(times[1:]),
-             "optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
+        r = {"losses": losses, "alone_step_ms": 1e3 * statistics.median(times[1:]),
+             "alone_optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
              "trainer_peak_bytes": torch.cuda.max_memory_allocated(),
              "params": sum(p.numel() for p in model.parameters())}
         if mode != "torch":
@@ -220,14 +248,19 @@ try:
             r["lctd_ms_per_step"] = {op: 1e3 * (after[op][1] - before[op][1]) / n for op in after}
         results[mode] = r
         del model, opt
-        print(f"{mode}: losses {losses} step {r['step_ms']:.1f} ms peak {r['trainer_peak_bytes'] / 2**30:.2f} GiB",
-              flush=True)
+        print(f"{mode}: losses {losses} step {r['alone_step_ms']:.1f} ms peak "
+              f"{r['trainer_peak_bytes'] / 2**30:.2f} GiB", flush=True)
     for mode in ("ipc", "tcp"):
         same = [x == y for x, y in zip(results["torch"]["losses"], results[mode]["losses"])]
         results[mode]["losses_bitwise_equal"] = all(same)
     for mode in ("ipc", "tcp"):
         if not results[mode]["losses_bitwise_equal"]:  # not an assert: it must hold under python -O too
             raise SystemExit(f"offloaded AdamW over {mode} diverged from torch AdamW")
+
+    for mode, (times, opt_times) in interleaved(["torch", "ipc", "tcp"], clients).items():
+        results[mode]["step_ms"] = 1e3 * statistics.median(times)
+        results[mode]["optimizer_ms"] = 1e3 * statistics.median(opt_times)
+        print(f"{mode}: interleaved step {results[mode]['step_ms']:.1f} ms", flush=True)
 
     # Longest context under a fixed per-process cap, batch 1, two steps each.
     total = torch.cuda.get_device_properties(0).total_memory
@@ -266,9 +299,14 @@ print(f"\nGPT {t['params'] / 1e6:.1f}M params, batch {a.batch} x {a.block}, {a.s
 print(f"{'':28} {'torch AdamW':>12} {'lctd ipc':>12} {'lctd tcp':>12}")
 print(f"{'losses bitwise equal':28} {'-':>12} {str(i['losses_bitwise_equal']):>12} "
       f"{str(results['tcp']['losses_bitwise_equal']):>12}")
-print(f"{'step ms (median)':28} " + " ".join(f"{results[m]['step_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
+print(f"{'step ms (median, interleaved)':28} " +
+      " ".join(f"{results[m]['step_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
 print(f"{'  of which optimizer step':28} " +
       " ".join(f"{results[m]['optimizer_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
+print(f"{'step ms (median, alone)':28} " +
+      " ".join(f"{results[m]['alone_step_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
+print(f"{'  of which optimizer step':28} " +
+      " ".join(f"{results[m]['alone_optimizer_ms']:12.1f}" for m in ("torch", "ipc", "tcp")))
 for k in ("get_many", "put_many"):
     mover = "fetcher" if k == "get_many" else "storer"
     print(f"{'  ' + mover + ' in ' + k:28} {'-':>12} " +

@@ -132,7 +132,9 @@ int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, siz
  * codes its buffers. Work on other streams that writes a put's buffer or uses
  * a get's must be ordered before the call by the caller (an event the stream
  * waits on, say). The stream must belong to the buffers' GPU and outlive its
- * use here. LCT_ENODEV from a liblct built without CUDA. */
+ * use here. The host path (where lctd cannot go device to device) still
+ * synchronizes the whole GPU around its copies. LCT_ENODEV from a liblct
+ * built without CUDA. */
 int lct_set_device_stream(lct_client *c, void *stream);
 
 /* LCT_ENOENT if the key does not exist. */

@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -182,6 +183,7 @@ class SendTimer:
 
     def __init__(self):
         self.reset()
+        self.lock = threading.Lock()  # the two threads add up at once
         send = lct.Batch.send
 
         def timed(batch, *args, **kw):
@@ -190,8 +192,9 @@ class SendTimer:
                 return send(batch, *args, **kw)
             finally:
                 name = "put_many" if batch.put else "get_many"
-                self.seconds[name] += time.perf_counter() - t0
-                self.calls[name] += 1
+                with self.lock:
+                    self.seconds[name] += time.perf_counter() - t0
+                    self.calls[name] += 1
         lct.Batch.send = timed
 
     def reset(self):

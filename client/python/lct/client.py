@@ -159,10 +159,11 @@ class _Host:
     ptr is None for an empty value; finish() copies a staged get back into the
     caller's object; keep holds whatever owns the memory until the call returns.
     """
-    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device", "copied")
+    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device", "copied",
+                 "staged")
 
     def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None, device=False,
-                 copied=False):
+                 copied=False, staged=False):
         self.ptr = ptr if nbytes else None
         self.nbytes = nbytes
         self.shape = tuple(shape)
@@ -173,6 +174,7 @@ class _Host:
         self.finish = finish or _no_finish
         self.device = device
         self.copied = copied  # a put's source copied at packing: its bytes as of then
+        self.staged = staged  # a device buffer of the binding's own (copy or staging), made on the current stream
 
 
 # Whether liblct has the device path; False once it answered LCT_ENODEV
@@ -231,7 +233,7 @@ def _torch_device(torch, t, writable):
         staged = t.contiguous()
     return _Host(staged.data_ptr(), staged.numel() * staged.element_size(), t.shape,
                  t.element_size(), natural, what, staged, finish, device=True,
-                 copied=not writable and staged is not t)
+                 copied=not writable and staged is not t, staged=staged is not t)
 
 
 def _numpy_host(np, a, writable):
@@ -456,9 +458,11 @@ class Client:
         request; other values are put one by one. Keys must be distinct.
 
         stream: None synchronizes the CUDA tensors' whole GPU before they
-        travel; a torch.cuda.Stream (or a cudaStream_t as an int) synchronizes
-        that stream only (lct_set_device_stream): work on other streams that
-        writes the tensors must be ordered before it, an event it waits on."""
+        travel; a torch.cuda.Stream of their GPU (or a cudaStream_t as an int)
+        synchronizes that stream only (lct_set_device_stream): work on other
+        streams that writes the tensors must be ordered before it, an event it
+        waits on. (The binding's own copies of strided tensors are ordered on
+        it for a torch.cuda.Stream; with an int they sync the whole GPU.)"""
         batch = Batch(self, items, put=True)
         batch.send(stream)
         return batch.infos()
@@ -540,6 +544,8 @@ class Batch:
         put = self.put
         self._device_path = _device_path
         self._repack = False
+        self._packed_fresh = True  # the copies just made serve the next send
+        self._staged_on = None  # a device whose current stream made staging buffers
         batch, self._single = [], []  # (index, key bytes, _Host, shape array) of CUDA tensors; others by index
         for i, (key, value) in enumerate(self.items):
             host = _host(value, writable=not put) if _device_path else None
@@ -549,6 +555,8 @@ class Batch:
                 self._single.append(i)
                 continue
             self._repack |= host.copied
+            if host.staged:
+                self._staged_on = value.device
             batch.append((i, _key_bytes(key), host, (ctypes.c_uint64 * max(len(host.shape), 1))(*host.shape)))
         self._batch = batch
         # What retarget() may swap in place: a CUDA tensor of the same type, dtype, shape and device.
@@ -567,8 +575,16 @@ class Batch:
         global _device_path
         if self._released:
             raise ValueError("the batch was released: retarget() gives it values again")
-        if self._repack or self._device_path != _device_path:
+        if (self._repack and not self._packed_fresh) or self._device_path != _device_path:
             self._pack()
+        self._packed_fresh = False
+        if stream is not None and self._staged_on is not None:
+            # The staging copies were queued on the current stream, not on stream.
+            torch = sys.modules["torch"]
+            if hasattr(stream, "wait_stream"):
+                stream.wait_stream(torch.cuda.current_stream(self._staged_on))
+            else:
+                stream = None  # a bare handle: synchronize the whole GPU
         client, put = self.client, self.put
         for i in self._single:
             key, value = self.items[i]
@@ -631,12 +647,14 @@ class Batch:
             if not same:
                 break
             v = values[i]
-            same = _layout(v) == self._layout[j] and v.is_contiguous()
+            same = type(v) is self._layout[j][0] and _layout(v) == self._layout[j] and v.is_contiguous()
             if same:
                 self._arr[j].dptr = host.ptr = v.data_ptr()
-                host.keep, host.finish = v, _no_finish
+                host.keep, host.finish, host.staged = v, _no_finish, False
         if not same:
             self._pack()
+        else:
+            self._staged_on = None
 
     def release(self):
         """Lets go of the values (the packing stays for retarget): a batch

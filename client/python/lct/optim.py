@@ -4,7 +4,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from .client import Batch
+from .client import Batch, LctError, error_code
+
+_LOST = (error_code("LCT_ETIMEDOUT"), error_code("LCT_ECONN"))  # a request whose fate is unknown
 
 _ALIGN = 256  # scratch slots start at multiples of this (any dtype's view, coalesced device access)
 _PARTS = 4  # the scratch's parts: a group updating, the next ones fetched, the previous stored
@@ -38,10 +40,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
     storer a second connection (client.clone()). Besides the parameters and
     gradients the trainer holds only the scratch, and only during step(): it
     is taken from and returned to PyTorch's caching allocator, so it reuses
-    memory the backward pass freed (for CPU parameters, plus one host copy of
-    the tensor in flight). lctd keeps the allocator segments it mapped open (up
-    to 64, proto/PROTOCOL.md): after torch.cuda.empty_cache() their memory
-    returns only when lctd evicts them or stops.
+    memory the backward pass freed (for CPU parameters, plus a host copy of a
+    tensor in flight on each mover thread). lctd keeps the allocator segments
+    it mapped open (up to 64, proto/PROTOCOL.md): after
+    torch.cuda.empty_cache() their memory returns only when lctd evicts them
+    or stops. A step whose request timed out or lost its connection keeps its
+    scratch for good, since lctd may still be writing into it.
 
     Keys are f"{key_prefix}{i}/exp_avg" and f"{key_prefix}{i}/exp_avg_sq" with
     i the parameter's position across param_groups (as in state_dict); give
@@ -78,6 +82,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self._store_client = None  # the storer's connection (client.clone()), opened at the first step
         self._batches = {}  # ("fetch" or "store", group number): its requests, packed, released between steps
         self._shapes = {}  # parameter index: _shape()
+        self._quarantined = []  # scratch of a step whose requests were cut off (lctd may still write it)
         self.key_prefix = key_prefix
         self.offload_master_weights = offload_master_weights
         self._auto_scratch = scratch_bytes is None
@@ -155,6 +160,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
             _, _, dtype, elems, slots, _, _ = self._shape(index, p)
             need = slots * elems * dtype.itemsize
+            if need > part:  # a parameter grown since add_param_group
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} needs {need} bytes of scratch, "
+                                 f"{_PARTS} times that in all; scratch_bytes is {self.scratch_bytes}")
             room = part if groups else part // _RAMP
             if batch and (used + need > room or p.device != batch[0][2].device):
                 groups.append(batch)
@@ -239,26 +247,33 @@ class OffloadedAdamW(torch.optim.Optimizer):
                         fetched.append(fetcher.submit(fetch, planned(i + _PARTS)))
                 for f in stored:
                     f.result()
+        except LctError as e:
+            if e.code in _LOST:
+                # lctd may still be writing into the scratch: it never goes back to the allocator.
+                self._quarantined += [buf for buf, _ in scratch.values()]
+            raise
         finally:
             # The packed requests stay for the next step; the scratch goes back to the allocator.
             for slot in [s for s in self._batches if s[1] >= len(groups)]:
                 del self._batches[slot]
             for b in self._batches.values():
                 b.release()
+            plans.clear()
+            scratch.clear()
 
     def _shape(self, index, p):
         """What a parameter's states take in the scratch, worked out once:
         (param, shape, state dtype, slot elements, slots, keys, coded)."""
         known = self._shapes.get(index)
-        if known is not None and known[0] is p and known[1] == p.shape:
-            return known
+        if known is not None and known[0] is p and known[1] == p.shape and known[7] == p.dtype:
+            return known[:7]
         dtype = self._state_dtype(p)
         slots = 4 if self.offload_master_weights else 3
         names = ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
         known = (p, p.shape, dtype, _aligned(p.numel() * dtype.itemsize) // dtype.itemsize, slots,
-                 tuple(self._key(index, name) for name in names), dtype in _CODED)
+                 tuple(self._key(index, name) for name in names), dtype in _CODED, p.dtype)
         self._shapes[index] = known
-        return known
+        return known[:7]
 
     def _plan(self, batch, buf, fetch_stream, store_stream):
         """A group's slots in its part of the scratch and its requests."""
@@ -276,11 +291,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             off += slots * elems * dtype.itemsize
             m, v, tmp = views[:3]
             master = views[3] if slots == 4 else None
-            state = self.state[p]
-            fresh = not state
-            if fresh:
-                # As torch.optim.AdamW initialises: a step counter on the CPU (zero moments at the update).
-                state["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+            fresh = not self.state[p]  # its state is made at its update, when its keys are about to exist
             moved = list(zip(keys, (m, v, master)))
             if not fresh:
                 plan.fetch += moved
@@ -292,6 +303,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         """The AdamW update of a group whose states are in its scratch."""
         for group, p, m, v, tmp, master, fresh in plan.work:
             if fresh:
+                # As torch.optim.AdamW initialises: a step counter on the CPU, zero moments.
+                self.state[p]["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
                 m.zero_()
                 v.zero_()
                 if master is not None:

@@ -2,7 +2,7 @@
 import copy
 import unittest
 
-from lctd_helper import LctdTestCase, lct, tensor_bits
+from lctd_helper import Lctd, LctdTestCase, lct, tensor_bits
 
 try:
     import torch
@@ -168,6 +168,30 @@ class TestOffloadedAdamW(LctdTestCase):
         off = lct.optim.OffloadedAdamW(model.parameters(), self.client, key_prefix=self.key())
         with self.assertRaises(ValueError):
             off.load_state_dict(amsgrad.state_dict())
+
+    def test_failed_step_leaves_the_rest_fresh(self):
+        # A pool too small for every moment: the first step's stores fail part
+        # way, and the parameters it did not reach keep no state (a later step
+        # starts them afresh instead of fetching keys that do not exist).
+        small = Lctd("--memory", "1M")
+        self.addCleanup(small.stop)
+        client = lct.Client(small.endpoint, timeout_ms=20000)
+        self.addCleanup(client.close)
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
+        opt = lct.optim.OffloadedAdamW(model.parameters(), client, scratch_bytes=4 * 3 * 256 * 256 * 4)
+        model(torch.randn(4, 256)).square().mean().backward()
+        with self.assertRaises(lct.LctError) as cm:
+            opt.step()
+        self.assertEqual(cm.exception.name, "LCT_ENOSPC")
+        keys = {t.key for t in client.list()}
+        params = list(model.parameters())
+        stored = [f"opt/{i}/exp_avg" in keys for i in range(len(params))]
+        self.assertTrue(any(stored) and not all(stored), stored)
+        for i, p in enumerate(params):
+            if stored[i]:
+                self.assertEqual(float(opt.state[p]["step"]), 1.0, f"parameter {i} was updated")
+        self.assertFalse(opt.state[params[-1]], "the last parameter was not reached")
 
     def test_scratch_bound(self):
         model = make_model("cpu", torch.float32)

@@ -1,6 +1,7 @@
 /* handlers.c — lctd request handlers: parse a frame, dispatch by op, reply. */
 #include "handlers.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <nanomsg/nn.h>
 #include <stdarg.h>
@@ -931,26 +932,110 @@ static void lct__op_stats(lct__request *rq) {
   free(text);
 }
 
+/* ---- save: files written on a worker thread, one save at a time ---------- */
+
+/* The SAVE requests one save answers: those that arrived before it began
+ * (their tensors are all in its snapshot). */
+typedef struct lct__save_job {
+  uv_work_t work;
+  lct__server *srv;
+  lct__snapshot *snap;
+  lct__request **rqs;
+  size_t n_rqs;
+} lct__save_job;
+
+static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n);
+
+static void lct__save_reply(lct__request *rq, int rc, const lct__persist_result *r) {
+  if (rc == LCT_ENOMEM) {
+    lct__reply_error(rq, rc, "out of memory starting a save");
+    return;
+  }
+  if (rc != 0) {
+    lct__reply_error(rq, LCT_EIO, "%" PRIu64 " tensors written, %" PRIu64
+                     " could not be (see the server log for why)", r->written, r->failed);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_saved_tensors = 1;
+  rp.saved_tensors = r->written;
+  rp.has_saved_bytes = 1;
+  rp.saved_bytes = r->written_bytes;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+static void lct__save_run(uv_work_t *w) {
+  lct__save_job *job = w->data;
+  lct__persist_write(job->snap);
+}
+
+static void lct__save_done(uv_work_t *w, int status) {
+  lct__save_job *job = w->data;
+  lct__server *srv = job->srv;
+  (void)status; /* uv_cancel is never called on it: the write ran */
+  lct__persist_result r;
+  int rc = lct__persist_end(srv, job->snap, &r);
+  lct__log_info("save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed%s", r.written,
+                r.written_bytes, r.removed, rc != 0 ? "; some could not be written" : "");
+  for (size_t i = 0; i < job->n_rqs; i++)
+    lct__save_reply(job->rqs[i], rc, &r);
+  free(job->rqs);
+  free(job);
+  srv->saving = NULL;
+  /* Requests that came during this save: their tensors may be newer than its snapshot. */
+  lct__request **next = srv->save_waiting;
+  size_t n = srv->n_save_waiting;
+  srv->save_waiting = NULL;
+  srv->n_save_waiting = 0;
+  if (n > 0)
+    lct__save_start(srv, next, n);
+}
+
+/* Takes rqs (a malloc'd array) and answers each when the save ends. */
+static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
+  lct__save_job *job = calloc(1, sizeof *job);
+  int rc = job == NULL ? LCT_ENOMEM : lct__persist_begin(srv, &job->snap);
+  if (rc != 0) {
+    lct__persist_result none = {0};
+    for (size_t i = 0; i < n; i++)
+      lct__save_reply(rqs[i], rc, &none);
+    free(rqs);
+    free(job);
+    return;
+  }
+  job->srv = srv;
+  job->rqs = rqs;
+  job->n_rqs = n;
+  job->work.data = job;
+  srv->saving = job->snap;
+  rc = uv_queue_work(srv->loop, &job->work, lct__save_run, lct__save_done);
+  assert(rc == 0 && "uv_queue_work with a valid loop and callback");
+  (void)rc;
+}
+
 static void lct__op_save(lct__request *rq) {
   lct__server *srv = rq->srv;
   if (*srv->cfg.persist_dir == '\0') {
     lct__reply_error(rq, LCT_ECONFIG, "this lctd has no persist_dir: nothing to save to");
     return;
   }
-  lct__persist_result r;
-  if (lct__persist_save(srv, &r) != 0) {
-    lct__reply_error(rq, LCT_EIO, "%" PRIu64 " tensors written, %" PRIu64
-                     " could not be (see the server log for why)", r.written, r.failed);
+  if (srv->saving != NULL) { /* the next save, once this one ends, answers it */
+    lct__request **grown = realloc(srv->save_waiting, (srv->n_save_waiting + 1) * sizeof *grown);
+    if (grown == NULL) {
+      lct__reply_error(rq, LCT_ENOMEM, "out of memory queueing a save");
+      return;
+    }
+    srv->save_waiting = grown;
+    srv->save_waiting[srv->n_save_waiting++] = rq;
     return;
   }
-  lct__log_info("save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed", r.written,
-                r.written_bytes, r.removed);
-  Lctpb__Reply rp = LCTPB__REPLY__INIT;
-  rp.has_saved_tensors = 1;
-  rp.saved_tensors = r.written;
-  rp.has_saved_bytes = 1;
-  rp.saved_bytes = r.written_bytes;
-  lct__reply(rq, &rp, NULL, 0);
+  lct__request **rqs = malloc(sizeof *rqs);
+  if (rqs == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory starting a save");
+    return;
+  }
+  rqs[0] = rq;
+  lct__save_start(srv, rqs, 1);
 }
 
 static void lct__op_ping(lct__request *rq) {

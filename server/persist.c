@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lct_checksum.h"
@@ -86,19 +88,22 @@ static int lct__write_all(int fd, const void *p, size_t len, uint32_t *crc) {
 
 /* ---- save ----------------------------------------------------------------- */
 
-typedef struct lct__save {
-  lct__server *srv;
+struct lct__snapshot {
+  const lct__backend *be;
+  char *dir_path;    /* persist_dir as the save began (logs) */
   int dir;           /* persist_dir, open */
   uint8_t *buf;      /* host staging for blobs of a device backend */
-  size_t buf_cap;
-  char (*names)[LCT__SNAP_NAME + 1]; /* the file name of every stored key */
-  size_t n_names;
-  lct__persist_result *r;
-} lct__save;
+  lct__entry **entries; /* every stored entry as the save began, referenced */
+  uint8_t *written;  /* per entry: written by this save */
+  char (*names)[LCT__SNAP_NAME + 1]; /* per entry: its file name */
+  size_t n, cap;
+  int rc;            /* LCT_EIO when the directory itself failed */
+  lct__persist_result r;
+  atomic_int written_all; /* set when write returns */
+};
 
 /* Writes one entry to a temporary file and renames it into place. */
-static int lct__save_entry(lct__save *sv, lct__entry *e, const char *name) {
-  const lct__backend *be = lct__pool_backend(sv->srv->pool);
+static int lct__save_entry(lct__snapshot *sv, const lct__entry *e, const char *name) {
   char tmp[LCT__SNAP_NAME + 8];
   snprintf(tmp, sizeof tmp, ".%s.tmp", name);
   int fd = openat(sv->dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
@@ -132,7 +137,7 @@ static int lct__save_entry(lct__save *sv, lct__entry *e, const char *name) {
     const lct__segment *sg = &e->segments[i];
     for (size_t off = 0; rc == 0 && off < sg->blob_bytes; off += LCT__SNAP_IO) {
       size_t n = sg->blob_bytes - off < LCT__SNAP_IO ? sg->blob_bytes - off : LCT__SNAP_IO;
-      rc = be->ops->read(be->ctx, (const uint8_t *)sg->blob + off, n, sv->buf) != 0 ||
+      rc = sv->be->ops->read(sv->be->ctx, (const uint8_t *)sg->blob + off, n, sv->buf) != 0 ||
            lct__write_all(fd, sv->buf, n, &crc);
     }
   }
@@ -152,79 +157,150 @@ static int lct__save_entry(lct__save *sv, lct__entry *e, const char *name) {
     errno = saved;
     return -1;
   }
-  sv->r->written_bytes += bytes;
+  sv->r.written_bytes += bytes;
   return 0;
 }
 
-static void lct__save_one(void *arg, lct__entry *e) {
-  lct__save *sv = arg;
-  char *name = sv->names[sv->n_names++];
-  lct__snap_name(e->key, e->key_len, name);
-  if (e->persisted)
-    return;
-  if (lct__save_entry(sv, e, name) != 0) {
-    lct__log_error("persist: cannot write '%.*s' version %" PRIu64 " to %s/%s: %s",
-                   (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, e->version,
-                   sv->srv->cfg.persist_dir, name, strerror(errno));
-    sv->r->failed++;
-    return;
+static void lct__snapshot_add(void *arg, lct__entry *e) {
+  lct__snapshot *sv = arg;
+  if (sv->n == sv->cap)
+    return; /* cap is the store's count, taken on this thread just before */
+  lct__entry_ref(e);
+  lct__snap_name(e->key, e->key_len, sv->names[sv->n]);
+  sv->entries[sv->n++] = e;
+}
+
+static void lct__snapshot_free(lct__snapshot *sv) {
+  for (size_t i = 0; i < sv->n; i++)
+    lct__entry_unref(sv->entries[i]);
+  if (sv->dir >= 0)
+    close(sv->dir);
+  free(sv->dir_path);
+  free(sv->buf);
+  free(sv->entries);
+  free(sv->written);
+  free(sv->names);
+  free(sv);
+}
+
+int lct__persist_begin(lct__server *srv, lct__snapshot **out) {
+  *out = NULL;
+  lct__snapshot *sv = calloc(1, sizeof *sv);
+  if (sv == NULL)
+    return LCT_ENOMEM;
+  sv->dir = -1;
+  sv->be = lct__pool_backend(srv->pool);
+  sv->cap = lct__store_count(srv->store);
+  size_t slots = sv->cap ? sv->cap : 1;
+  sv->dir_path = strdup(srv->cfg.persist_dir);
+  sv->buf = malloc(LCT__SNAP_IO);
+  sv->entries = malloc(slots * sizeof *sv->entries);
+  sv->written = calloc(slots, 1);
+  sv->names = malloc(slots * sizeof *sv->names);
+  if (sv->dir_path == NULL || sv->buf == NULL || sv->entries == NULL || sv->written == NULL || sv->names == NULL) {
+    lct__snapshot_free(sv);
+    return LCT_ENOMEM;
   }
-  e->persisted = 1;
-  sv->r->written++;
+  lct__store_each(srv->store, lct__snapshot_add, sv);
+  *out = sv;
+  return 0;
 }
 
 static int lct__name_cmp(const void *a, const void *b) { return strcmp(a, b); }
 
-int lct__persist_save(lct__server *srv, lct__persist_result *r) {
-  memset(r, 0, sizeof *r);
-  lct__stats *st = &srv->stats;
-  lct__save sv = {srv, -1, NULL, 0, NULL, 0, r};
-  int rc = LCT_EIO;
-  sv.dir = open(srv->cfg.persist_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  sv.buf = malloc(LCT__SNAP_IO);
-  uint64_t n = lct__store_count(srv->store);
-  sv.names = malloc((n ? n : 1) * sizeof *sv.names);
-  if (sv.dir < 0 || sv.buf == NULL || sv.names == NULL) {
-    lct__log_error("persist: cannot save to %s: %s", srv->cfg.persist_dir,
-                   sv.dir < 0 ? strerror(errno) : "out of memory");
-    goto out;
+static void lct__write_files(lct__snapshot *sv) {
+  sv->rc = LCT_EIO;
+  sv->dir = open(sv->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (sv->dir < 0) {
+    lct__log_error("persist: cannot save to %s: %s", sv->dir_path, strerror(errno));
+    return;
   }
-  lct__store_each(srv->store, lct__save_one, &sv);
-  /* Files of keys deleted since the last save. */
-  qsort(sv.names, sv.n_names, sizeof *sv.names, lct__name_cmp);
-  int dfd = dup(sv.dir);
+  for (size_t i = 0; i < sv->n; i++) {
+    const lct__entry *e = sv->entries[i];
+    if (e->persisted)
+      continue;
+    if (lct__save_entry(sv, e, sv->names[i]) != 0) {
+      lct__log_error("persist: cannot write '%.*s' version %" PRIu64 " to %s/%s: %s",
+                     (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, e->version, sv->dir_path,
+                     sv->names[i], strerror(errno));
+      sv->r.failed++;
+      continue;
+    }
+    sv->written[i] = 1;
+    sv->r.written++;
+  }
+  /* Files of keys deleted before the save began. */
+  char(*sorted)[LCT__SNAP_NAME + 1] = malloc((sv->n ? sv->n : 1) * sizeof *sorted);
+  int dfd = sorted != NULL ? dup(sv->dir) : -1;
   DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
   if (d == NULL) {
     if (dfd >= 0)
       close(dfd);
-    lct__log_error("persist: cannot list %s: %s", srv->cfg.persist_dir, strerror(errno));
-    goto out;
+    lct__log_error("persist: cannot list %s: %s", sv->dir_path, sorted == NULL ? "out of memory" : strerror(errno));
+    free(sorted);
+    return;
   }
+  memcpy(sorted, sv->names, sv->n * sizeof *sorted);
+  qsort(sorted, sv->n, sizeof *sorted, lct__name_cmp);
   for (struct dirent *de; (de = readdir(d)) != NULL;) {
     if (lct__is_snap_name(de->d_name) &&
-        bsearch(de->d_name, sv.names, sv.n_names, sizeof *sv.names, lct__name_cmp) == NULL) {
-      if (unlinkat(sv.dir, de->d_name, 0) == 0)
-        r->removed++;
+        bsearch(de->d_name, sorted, sv->n, sizeof *sorted, lct__name_cmp) == NULL) {
+      if (unlinkat(sv->dir, de->d_name, 0) == 0)
+        sv->r.removed++;
       else
-        lct__log_error("persist: cannot remove %s/%s: %s", srv->cfg.persist_dir, de->d_name,
-                       strerror(errno));
+        lct__log_error("persist: cannot remove %s/%s: %s", sv->dir_path, de->d_name, strerror(errno));
     }
   }
   closedir(d);
-  if (fsync(sv.dir) != 0) {
-    lct__log_error("persist: fsync %s: %s", srv->cfg.persist_dir, strerror(errno));
-    goto out;
+  free(sorted);
+  if (fsync(sv->dir) != 0) {
+    lct__log_error("persist: fsync %s: %s", sv->dir_path, strerror(errno));
+    return;
   }
-  rc = r->failed == 0 ? 0 : LCT_EIO;
-out:
-  if (sv.dir >= 0)
-    close(sv.dir);
-  free(sv.buf);
-  free(sv.names);
+  sv->rc = sv->r.failed == 0 ? 0 : LCT_EIO;
+}
+
+void lct__persist_write(lct__snapshot *sv) {
+  lct__write_files(sv);
+  atomic_store_explicit(&sv->written_all, 1, memory_order_release);
+}
+
+int lct__persist_wait(lct__snapshot *sv, uint64_t ms) {
+  const struct timespec tick = {0, 10 * 1000 * 1000};
+  for (uint64_t waited = 0; !atomic_load_explicit(&sv->written_all, memory_order_acquire); waited += 10) {
+    if (waited >= ms)
+      return 0;
+    nanosleep(&tick, NULL);
+  }
+  return 1;
+}
+
+int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r) {
+  for (size_t i = 0; i < sv->n; i++)
+    if (sv->written[i])
+      sv->entries[i]->persisted = 1;
+  *r = sv->r;
+  int rc = sv->rc;
+  lct__stats *st = &srv->stats;
   st->persist_saves++;
   st->persist_written += r->written;
   st->persist_failures += r->failed + (rc != 0 && r->failed == 0);
+  lct__snapshot_free(sv);
   return rc;
+}
+
+int lct__persist_save(lct__server *srv, lct__persist_result *r) {
+  memset(r, 0, sizeof *r);
+  lct__snapshot *sv;
+  int rc = lct__persist_begin(srv, &sv);
+  if (rc != 0) {
+    lct__log_error("persist: cannot save to %s: out of memory", srv->cfg.persist_dir);
+    srv->stats.persist_saves++;
+    srv->stats.persist_failures++;
+    return LCT_EIO;
+  }
+  lct__persist_write(sv);
+  return lct__persist_end(srv, sv, r);
 }
 
 /* ---- load ----------------------------------------------------------------- */

@@ -13,11 +13,25 @@ typedef struct lct__persist_result {
   uint64_t failed;        /* tensors that could not be written (logged) */
 } lct__persist_result;
 
-/* Writes every tensor not yet in srv->cfg.persist_dir (each to a temporary
- * file, fsync'd, renamed over the key's file), removes the files of keys no
- * longer stored, and fsyncs the directory. Runs on the loop thread, which it
- * holds for the duration. Returns 0, or LCT_EIO when any tensor or the
- * directory failed (the others are still saved; r says how many). */
+/* A save: every tensor not yet in srv->cfg.persist_dir written (each to a
+ * temporary file, fsync'd, renamed over the key's file), the files of keys no
+ * longer stored removed, the directory fsync'd. It runs in three steps so
+ * that the loop keeps serving while files are written: begin (loop thread)
+ * references every stored entry as of now; write (any thread, one save at a
+ * time: the temporary files of two would collide) does the I/O; end (loop
+ * thread) marks what was written, drops the references and frees the
+ * snapshot. begin fails only for memory (LCT_ENOMEM). end returns 0, or
+ * LCT_EIO when any tensor or the directory failed (the others are still
+ * saved; r says how many). */
+int lct__persist_begin(lct__server *srv, lct__snapshot **out);
+void lct__persist_write(lct__snapshot *sv);
+int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r);
+
+/* Waits up to ms for a save's write to return (a stop that cannot wait for
+ * the loop): 1 when it has, else 0. */
+int lct__persist_wait(lct__snapshot *sv, uint64_t ms);
+
+/* The three steps in a row, on the calling (loop) thread: at stop. */
 int lct__persist_save(lct__server *srv, lct__persist_result *r);
 
 /* Restores every snapshot file of persist_dir into the store with its

@@ -15,6 +15,8 @@
 typedef struct lct__staging lct__staging;
 typedef struct lct__transport lct__transport;
 
+typedef struct lct__snapshot lct__snapshot; /* persist.h */
+
 typedef struct lct__server {
   uv_loop_t *loop;
   lct__config cfg;
@@ -28,6 +30,9 @@ typedef struct lct__server {
   uint8_t boot_id[LCT_BOOT_ID_BYTES]; /* this host's (lct_wire_boot_id); zero if unreadable */
   int threads; /* codec worker threads (the libuv threadpool size) */
   uint64_t codebook_ids; /* the last lct__entry.codebook_id given */
+  lct__snapshot *saving;              /* the save being written (handlers.c), or NULL */
+  struct lct__request **save_waiting; /* SAVE requests that came during it: the next save's */
+  size_t n_save_waiting;
 } lct__server;
 
 /* A tensor a client wants to store, validated: dtype known, at most

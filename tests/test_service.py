@@ -5,6 +5,7 @@ lct binaries; LCT_LIBRARY, liblct.so for the Python binding.
 """
 import os
 import pathlib
+import random
 import shutil
 import signal
 import socket
@@ -437,6 +438,42 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual(d2.stop(), 0)
         self.assertEqual(len([f for f in os.listdir(pdir) if f.endswith(".corrupt")]), 3,
                          "a save never removes a file set aside")
+
+    def test_save_keeps_serving(self):
+        # A save writes its files on a worker thread: another client is
+        # answered while it runs, and a second SAVE meanwhile waits for a save
+        # of its own (the snapshot of the first may predate its tensors).
+        pdir = os.path.join(self.tmp, "state")
+        d = self.start("--persist-dir", pdir, "--memory", "1G", "--log-level", "warn")
+        c, other, late = d.client(), d.client(), d.client()
+        blob = random.Random(3).randbytes(64 << 20)  # raw bytes: the puts do not code them
+        answered = 0
+        for attempt in range(3):
+            for i in range(8):
+                c.put(f"big{i}", blob, dtype="raw")  # new versions: the save writes every one
+            saved = {}
+            first = threading.Thread(target=lambda: saved.update(first=c.save()))
+            first.start()
+            # In flight: lctd's own gauge, from its stats endpoint on the same loop ...
+            while first.is_alive() and metric(scrape(d.http)[2], "lct_requests_in_flight") < 1:
+                pass
+            if first.is_alive():
+                # ... and meanwhile another client is answered.
+                other.ping()
+                self.assertEqual(other.stat("big0").raw_bytes, len(blob))
+                late.put("late", b"x" * 100, dtype="raw")
+                answered += first.is_alive()
+                saved["late"] = late.save()
+            first.join(60)
+            self.assertEqual(saved["first"], 8)
+            if answered:
+                self.assertGreaterEqual(saved["late"], 1, "the late save wrote the tensor put during the first")
+                break
+        self.assertGreater(answered, 0, "no request was answered while a save was writing")
+        for cl in (c, other, late):
+            cl.close()
+        self.assertEqual(d.stop(), 0)
+        self.assertEqual(len([f for f in os.listdir(pdir) if f.endswith(".lct")]), 9)
 
     def test_save_without_persist_dir(self):
         d = self.start("--log-level", "warn")

@@ -91,6 +91,7 @@ _PROTOTYPES = {
     "lct_get_device_many": (ctypes.c_int, [_CLIENT, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
                                            ctypes.POINTER(ctypes.c_size_t)]),
     "lct_set_device_stream": (ctypes.c_int, [_CLIENT, ctypes.c_void_p]),
+    "lct_save": (ctypes.c_int, [_CLIENT, ctypes.POINTER(ctypes.c_uint64)]),
     "lct_get_alloc": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(TensorInfo)]),
     "lct_delete": (ctypes.c_int, [_CLIENT, ctypes.c_char_p]),
     "lct_stat": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(TensorInfo)]),

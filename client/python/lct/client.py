@@ -515,6 +515,14 @@ class Client:
         self._call(_native.lib().lct_stats, ctypes.byref(s), None)
         return {name: getattr(s, name) for name in _native.STATS_FIELDS}
 
+    def save(self):
+        """Has lctd write every tensor changed since its last save to its
+        persist_dir (SAVE) and returns how many it wrote; LCT_ECONFIG from an
+        lctd without one, LCT_EIO when some could not be written."""
+        written = ctypes.c_uint64()
+        self._call(_native.lib().lct_save, ctypes.byref(written))
+        return written.value
+
     def ping(self):
         """One round trip; returns the server's ServerInfo."""
         i = _native.ServerInfo()

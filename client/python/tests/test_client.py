@@ -263,6 +263,11 @@ class TestNumpy(LctdTestCase):
         got = self.client.get_many((k, o) for (k, _), o in zip(pairs, again))
         self.assertEqual([g.tobytes() for g in got], [v.tobytes() for v in values])
 
+    def test_save_needs_persist_dir(self):
+        with self.assertRaises(lct.LctError) as cm:
+            self.client.save()
+        self.assertEqual(cm.exception.name, "LCT_ECONFIG")
+
     def test_batch(self):
         # Host values: one by one at each send, the values retargeted in order.
         keys = [self.key(f"batch{i}") for i in range(2)]

@@ -265,14 +265,10 @@ void lct__persist_write(lct__snapshot *sv) {
   atomic_store_explicit(&sv->written_all, 1, memory_order_release);
 }
 
-int lct__persist_wait(lct__snapshot *sv, uint64_t ms) {
+void lct__persist_wait(lct__snapshot *sv) {
   const struct timespec tick = {0, 10 * 1000 * 1000};
-  for (uint64_t waited = 0; !atomic_load_explicit(&sv->written_all, memory_order_acquire); waited += 10) {
-    if (waited >= ms)
-      return 0;
+  while (!atomic_load_explicit(&sv->written_all, memory_order_acquire))
     nanosleep(&tick, NULL);
-  }
-  return 1;
 }
 
 int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r) {

@@ -52,8 +52,8 @@ typedef struct lct__backend_ops {
    * of dtype, into host memory dst (n * dtype size bytes). */
   int (*decode)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
   void (*destroy)(void *ctx);
-  /* Copies len bytes of blob memory to host memory dst, and host memory src
-   * into blob memory (snapshots in persist_dir); loop thread. */
+  /* Copies len bytes of blob memory to host memory dst (a save's worker
+   * thread), and host memory src into blob memory (the restore at start). */
   int (*read)(void *ctx, const void *blob, size_t len, void *dst);
   int (*write)(void *ctx, const void *src, size_t len, void *blob);
   /* ---- the device path: NULL in a backend without one (cpu) ----

@@ -951,6 +951,10 @@ static void lct__save_reply(lct__request *rq, int rc, const lct__persist_result 
     lct__reply_error(rq, rc, "out of memory starting a save");
     return;
   }
+  if (rc != 0 && r->failed == 0) {
+    lct__reply_error(rq, LCT_EIO, "persist_dir could not be written (see the server log for why)");
+    return;
+  }
   if (rc != 0) {
     lct__reply_error(rq, LCT_EIO, "%" PRIu64 " tensors written, %" PRIu64
                      " could not be (see the server log for why)", r->written, r->failed);
@@ -997,6 +1001,8 @@ static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   int rc = job == NULL ? LCT_ENOMEM : lct__persist_begin(srv, &job->snap);
   if (rc != 0) {
     lct__persist_result none = {0};
+    srv->stats.persist_saves++;
+    srv->stats.persist_failures++;
     for (size_t i = 0; i < n; i++)
       lct__save_reply(rqs[i], rc, &none);
     free(rqs);

@@ -93,7 +93,7 @@ struct lct__snapshot {
   char *dir_path;    /* persist_dir as the save began (logs) */
   int dir;           /* persist_dir, open */
   uint8_t *buf;      /* host staging for blobs of a device backend */
-  lct__entry **entries; /* every stored entry as the save began, referenced */
+  lct__entry **entries; /* per stored key as the save began: its entry if not on disk yet (referenced), else NULL */
   uint8_t *written;  /* per entry: written by this save */
   char (*names)[LCT__SNAP_NAME + 1]; /* per entry: its file name */
   size_t n, cap;
@@ -165,14 +165,16 @@ static void lct__snapshot_add(void *arg, lct__entry *e) {
   lct__snapshot *sv = arg;
   if (sv->n == sv->cap)
     return; /* cap is the store's count, taken on this thread just before */
-  lct__entry_ref(e);
   lct__snap_name(e->key, e->key_len, sv->names[sv->n]);
-  sv->entries[sv->n++] = e;
+  sv->entries[sv->n++] = e->persisted ? NULL : e;
+  if (!e->persisted)
+    lct__entry_ref(e); /* only what the save reads: the rest may leave the pool meanwhile */
 }
 
 static void lct__snapshot_free(lct__snapshot *sv) {
   for (size_t i = 0; i < sv->n; i++)
-    lct__entry_unref(sv->entries[i]);
+    if (sv->entries[i] != NULL)
+      lct__entry_unref(sv->entries[i]);
   if (sv->dir >= 0)
     close(sv->dir);
   free(sv->dir_path);
@@ -217,8 +219,8 @@ static void lct__write_files(lct__snapshot *sv) {
   }
   for (size_t i = 0; i < sv->n; i++) {
     const lct__entry *e = sv->entries[i];
-    if (e->persisted)
-      continue;
+    if (e == NULL)
+      continue; /* on disk already */
     if (lct__save_entry(sv, e, sv->names[i]) != 0) {
       lct__log_error("persist: cannot write '%.*s' version %" PRIu64 " to %s/%s: %s",
                      (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, e->version, sv->dir_path,

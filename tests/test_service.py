@@ -455,8 +455,9 @@ class ServiceTest(unittest.TestCase):
             first = threading.Thread(target=lambda: saved.update(first=c.save()))
             first.start()
             # In flight: lctd's own gauge, from its stats endpoint on the same loop ...
+            deadline = time.monotonic() + 60
             while first.is_alive() and metric(scrape(d.http)[2], "lct_requests_in_flight") < 1:
-                pass
+                self.assertLess(time.monotonic(), deadline)
             if first.is_alive():
                 # ... and meanwhile another client is answered.
                 other.ping()
@@ -486,13 +487,23 @@ class ServiceTest(unittest.TestCase):
             c.put(f"big{i}", blob, dtype="raw")
         c.close()
         c = lct.Client(d.ipc, timeout_ms=2000)
-        saving = threading.Thread(target=lambda: self.assertRaises(lct.LctError, c.save))
-        saving.start()  # cut off by the drain timeout: the client sees no reply
-        while metric(scrape(d.http)[2], "lct_requests_in_flight") < 1:
-            pass
+        outcome = []
+
+        def save():
+            try:
+                outcome.append(c.save())
+            except lct.LctError as e:
+                outcome.append(e.name)
+        saving = threading.Thread(target=save)
+        saving.start()
+        deadline = time.monotonic() + 60
+        while saving.is_alive() and metric(scrape(d.http)[2], "lct_requests_in_flight") < 1:
+            self.assertLess(time.monotonic(), deadline)
+        self.assertTrue(saving.is_alive(), "the save ended before the stop could cut it off")
         d.terminate()
         self.assertEqual(d.proc.wait(timeout=60), 0, d.stderr())
         saving.join(60)
+        self.assertEqual(outcome, ["LCT_ETIMEDOUT"], "cut off by the drain timeout: no reply")
         c.close()
         d2 = self.start("--persist-dir", pdir, "--memory", "1G", "--log-level", "info")
         c = d2.client()

@@ -723,6 +723,13 @@ static void lct__batch_put_begin(lct__request *rq) {
   }
 }
 
+/* Starts the decode of the request's items; replies itself on failure. */
+static void lct__batch_get_begin(lct__request *rq) {
+  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "cannot start the decode");
+}
+
 /* The one item of PUT_DEVICE or GET_DEVICE; replies itself on failure. */
 static lct__batch_item *lct__batch_one(lct__request *rq) {
   if ((rq->batch = calloc(1, sizeof *rq->batch)) == NULL) {
@@ -764,9 +771,7 @@ static void lct__op_get_device(lct__request *rq) {
   lct__entry_ref(e); /* dropped with the request */
   b->entry = e;
   b->device = dst;
-  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq);
-  if (rc != 0)
-    lct__reply_error(rq, rc, "cannot start the decode");
+  lct__batch_get_begin(rq);
 }
 
 static void lct__op_put_device_many(lct__request *rq) {
@@ -818,11 +823,8 @@ static void lct__op_get_device_many(lct__request *rq) {
     rq->batch[i].key = it->key.data;
     rq->batch[i].key_len = it->key.len;
   }
-  if (!lct__batch_map_or_reply(rq))
-    return;
-  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq);
-  if (rc != 0)
-    lct__reply_error(rq, rc, "cannot start the decode");
+  if (lct__batch_map_or_reply(rq))
+    lct__batch_get_begin(rq);
 }
 
 static void lct__op_delete(lct__request *rq) {

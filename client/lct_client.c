@@ -513,9 +513,9 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int
   return 0;
 }
 
-/* Synchronizes dptr's GPU or the stream set (with sync) and describes the buffer for lctd: its
- * allocation's IPC handle (exported once per allocation), the offset into it,
- * the GPU's UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be
+/* Synchronizes dptr's GPU, or the stream set (with sync), and describes the
+ * buffer for lctd: its allocation's IPC handle (exported once per allocation),
+ * the offset into it, the GPU's UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be
  * shared by IPC (the host path applies); b->device is set whenever dptr is
  * device memory. */
 static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, int sync, lct__devbuf *b) {

@@ -86,9 +86,10 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
  * Synchronization: both calls first synchronize the GPU holding the buffer
  * (cudaDeviceSynchronize, every stream; the caller's current device is
  * restored; lct_set_device_stream narrows it to one stream), so work queued
- * before the call that writes the buffer (put) or uses it (get) has completed. When they return, lctd is done with the
- * buffer: after a put it may be overwritten; after a get the tensor is in
- * place for any later work, on any stream. The device get does not re-check
+ * before the call that writes the buffer (put) or uses it (get) has
+ * completed. When they return, lctd is done with the buffer: after a put it
+ * may be overwritten; after a get the tensor is in place for any later work,
+ * on any stream. The device get does not re-check
  * the CRC-32C on the host (the bytes never reach it); lctd's decoder checks
  * every blob. dptr must not be freed during the call.
  *

@@ -89,9 +89,9 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
  * before the call that writes the buffer (put) or uses it (get) has
  * completed. When they return, lctd is done with the buffer: after a put it
  * may be overwritten; after a get the tensor is in place for any later work,
- * on any stream. The device get does not re-check
- * the CRC-32C on the host (the bytes never reach it); lctd's decoder checks
- * every blob. dptr must not be freed during the call.
+ * on any stream. The device get does not re-check the CRC-32C on the host
+ * (the bytes never reach it); lctd's decoder checks every blob. dptr must not
+ * be freed during the call.
  *
  * A liblct built without CUDA (LCT_CUDA=OFF, or no toolkit) returns
  * LCT_ENODEV; a dptr that is not device memory is LCT_EINVAL. Otherwise the

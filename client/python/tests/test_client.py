@@ -263,6 +263,15 @@ class TestNumpy(LctdTestCase):
         got = self.client.get_many((k, o) for (k, _), o in zip(pairs, again))
         self.assertEqual([g.tobytes() for g in got], [v.tobytes() for v in values])
 
+    def test_clone(self):
+        # Another connection to the same lctd: it sees the same keys and outlives the original.
+        c = lct.Client(self.lctd.endpoint, timeout_ms=20000)
+        twin = c.clone()
+        c.put(self.key("clone"), b"abc", dtype="raw")
+        c.close()
+        self.assertEqual(bytes(twin.get(self.key("clone"))), b"abc")
+        twin.close()
+
     def test_save_needs_persist_dir(self):
         with self.assertRaises(lct.LctError) as cm:
             self.client.save()

@@ -52,7 +52,7 @@ typedef struct lct__backend_ops {
    * of dtype, into host memory dst (n * dtype size bytes). */
   int (*decode)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
   void (*destroy)(void *ctx);
-  /* Copies len bytes of blob memory to host memory dst (a save's worker
+  /* Copies len bytes of blob memory to host memory dst (a save's writer
    * thread), and host memory src into blob memory (the restore at start). */
   int (*read)(void *ctx, const void *blob, size_t len, void *dst);
   int (*write)(void *ctx, const void *src, size_t len, void *blob);

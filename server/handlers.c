@@ -934,12 +934,14 @@ static void lct__op_stats(lct__request *rq) {
   free(text);
 }
 
-/* ---- save: files written on a worker thread, one save at a time ---------- */
+/* ---- save: files written on a thread of its own, one save at a time ------ */
 
 /* The SAVE requests one save answers: those that arrived before it began
  * (their tensors are all in its snapshot). */
 typedef struct lct__save_job {
-  uv_work_t work;
+  uv_thread_t writer;  /* not one of the codec threads: puts and gets go on */
+  int threaded;        /* writer was started (else the loop wrote) */
+  uv_async_t written;  /* the writer's word to the loop that it is done */
   lct__server *srv;
   lct__snapshot *snap;
   lct__request **rqs;
@@ -970,15 +972,16 @@ static void lct__save_reply(lct__request *rq, int rc, const lct__persist_result 
   lct__reply(rq, &rp, NULL, 0);
 }
 
-static void lct__save_run(uv_work_t *w) {
-  lct__save_job *job = w->data;
+static void lct__save_write(void *arg) {
+  lct__save_job *job = arg;
   lct__persist_write(job->snap);
+  uv_async_send(&job->written);
 }
 
-static void lct__save_done(uv_work_t *w, int status) {
-  lct__save_job *job = w->data;
+/* The save is over (its handle closed): answer its requests, start the next. */
+static void lct__save_end(uv_handle_t *h) {
+  lct__save_job *job = h->data;
   lct__server *srv = job->srv;
-  (void)status; /* uv_cancel is never called on it: the write ran */
   lct__persist_result r;
   int rc = lct__persist_end(srv, job->snap, &r);
   lct__log_info("save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed%s", r.written,
@@ -997,10 +1000,22 @@ static void lct__save_done(uv_work_t *w, int status) {
     lct__save_start(srv, next, n);
 }
 
+static void lct__save_written(uv_async_t *a) {
+  lct__save_job *job = a->data;
+  if (job->threaded)
+    uv_thread_join(&job->writer);
+  uv_close((uv_handle_t *)&job->written, lct__save_end);
+}
+
 /* Takes rqs (a malloc'd array) and answers each when the save ends. */
 static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   lct__save_job *job = calloc(1, sizeof *job);
   int rc = job == NULL ? LCT_ENOMEM : lct__persist_begin(srv, &job->snap);
+  if (rc == 0 && uv_async_init(srv->loop, &job->written, lct__save_written) != 0) {
+    lct__persist_result ignored;
+    lct__persist_end(srv, job->snap, &ignored);
+    rc = LCT_ENOMEM;
+  }
   if (rc != 0) {
     lct__persist_result none = {0};
     srv->stats.persist_saves++;
@@ -1014,11 +1029,13 @@ static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   job->srv = srv;
   job->rqs = rqs;
   job->n_rqs = n;
-  job->work.data = job;
+  job->written.data = job;
   srv->saving = job->snap;
-  rc = uv_queue_work(srv->loop, &job->work, lct__save_run, lct__save_done);
-  assert(rc == 0 && "uv_queue_work with a valid loop and callback");
-  (void)rc;
+  job->threaded = uv_thread_create(&job->writer, lct__save_write, job) == 0;
+  if (!job->threaded) {
+    lct__log_warn("persist: cannot start a thread for the save; the loop writes it");
+    lct__save_write(job);
+  }
 }
 
 static void lct__op_save(lct__request *rq) {

@@ -17,10 +17,10 @@ typedef struct lct__persist_result {
  * temporary file, fsync'd, renamed over the key's file), the files of keys no
  * longer stored removed, the directory fsync'd. It runs in three steps so
  * that the loop keeps serving while files are written: begin (loop thread)
- * references every stored entry as of now; write (any thread, one save at a
- * time: the temporary files of two would collide) does the I/O; end (loop
- * thread) marks what was written, drops the references and frees the
- * snapshot. begin fails only for memory (LCT_ENOMEM). end returns 0, or
+ * references every entry not on disk yet, as of now; write (any thread, one
+ * save at a time: the temporary files of two would collide) does the I/O;
+ * end (loop thread) marks what was written, drops the references and frees
+ * the snapshot. begin fails only for memory (LCT_ENOMEM). end returns 0, or
  * LCT_EIO when any tensor or the directory failed (the others are still
  * saved; r says how many). */
 int lct__persist_begin(lct__server *srv, lct__snapshot **out);

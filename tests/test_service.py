@@ -440,11 +440,12 @@ class ServiceTest(unittest.TestCase):
                          "a save never removes a file set aside")
 
     def test_save_keeps_serving(self):
-        # A save writes its files on a worker thread: another client is
-        # answered while it runs, and a second SAVE meanwhile waits for a save
-        # of its own (the snapshot of the first may predate its tensors).
+        # A save writes its files on a thread of its own: another client's
+        # puts and gets are served while it runs, even by one codec thread,
+        # and a second SAVE meanwhile waits for a save of its own (the
+        # snapshot of the first may predate its tensors).
         pdir = os.path.join(self.tmp, "state")
-        d = self.start("--persist-dir", pdir, "--memory", "1G", "--log-level", "warn")
+        d = self.start("--persist-dir", pdir, "--memory", "1G", "--threads", "1", "--log-level", "warn")
         c, other, late = d.client(), d.client(), d.client()
         blob = random.Random(3).randbytes(64 << 20)  # raw bytes: the puts do not code them
         answered = 0
@@ -463,6 +464,7 @@ class ServiceTest(unittest.TestCase):
                 other.ping()
                 self.assertEqual(other.stat("big0").raw_bytes, len(blob))
                 late.put("late", b"x" * 100, dtype="raw")
+                self.assertEqual(bytes(other.get("late")), b"x" * 100)
                 answered += first.is_alive()
                 saved["late"] = late.save()
             first.join(60)

@@ -5,7 +5,9 @@
         c.put("w", numpy_array)           # or a torch tensor, or bytes with dtype=
         w = c.get("w")                    # a new numpy array; or c.get("w", out=tensor)
 
-Errors raise lct.LctError (code, name, message, detail); a missing key raises
+put_many / get_many move many tensors per request (CUDA tensors of one
+allocation in one GPU pass); lct.Batch packs such a set once for repeated
+sends. Errors raise lct.LctError (code, name, message, detail); a missing key raises
 lct.NotFoundError, which is also a KeyError. lct.LCT_ENOENT and the other
 LCT_E* names give the codes. lct.optim (imported on first use; needs torch)
 holds OffloadedAdamW. numpy and torch are optional.

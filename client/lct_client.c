@@ -54,6 +54,8 @@ struct lct_client {
   uint8_t gpu_uuid[LCT__GPUS][LCT_GPU_UUID_BYTES];
   uint8_t gpu_known[LCT__GPUS];
   lct__cu_attrs_fn pointer_attrs;         /* cuPointerGetAttributes; NULL until first use */
+  uint8_t boot_id[LCT_BOOT_ID_BYTES];     /* this host's, read at the first device call */
+  int boot_known;
   cudaStream_t sync_stream;               /* NULL: device calls synchronize the whole GPU */
 #endif
 };
@@ -464,13 +466,11 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
 /* ---- device buffers ------------------------------------------------------ */
 
 #ifdef LCT_CLIENT_CUDA
-/* What lctd needs to map a device buffer, with the storage its fields point to. */
+/* What lctd needs to map a device buffer (its fields point into the client,
+ * valid until its next device call), and the buffer's device. */
 typedef struct lct__devbuf {
   Lctpb__DeviceBuffer msg;
   int device;
-  uint8_t handle[LCT_IPC_HANDLE_BYTES];
-  uint8_t uuid[LCT_GPU_UUID_BYTES];
-  uint8_t boot_id[LCT_BOOT_ID_BYTES];
 } lct__devbuf;
 
 static int lct__cuda_fail(lct_client *c, cudaError_t e, const char *what) {
@@ -514,8 +514,9 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int
 }
 
 /* Synchronizes dptr's GPU, or the stream set (with sync), and describes the
- * buffer for lctd: its allocation's IPC handle (exported once per allocation),
- * the offset into it, the GPU's UUID and this host's boot id. LCT_ENOIPC when the buffer cannot be
+ * buffer for lctd: its allocation's IPC handle (exported once per
+ * allocation), the offset into it, the GPU's UUID and this host's boot id
+ * (each looked up once per client). LCT_ENOIPC when the buffer cannot be
  * shared by IPC (the host path applies); b->device is set whenever dptr is
  * device memory. */
 static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, int sync, lct__devbuf *b) {
@@ -563,22 +564,23 @@ static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, i
   }
   if (rc == 0 && b->device >= LCT__GPUS)
     rc = lct__fail(c, LCT_ENOIPC, "device %d: beyond the %d this liblct tracks", b->device, LCT__GPUS);
-  if (rc == 0 && lct_wire_boot_id(b->boot_id) != 0)
-    rc = lct__fail(c, LCT_ENOIPC, "cannot read this host's boot id");
+  if (rc == 0 && !c->boot_known) {
+    if (lct_wire_boot_id(c->boot_id) != 0)
+      rc = lct__fail(c, LCT_ENOIPC, "cannot read this host's boot id");
+    c->boot_known = rc == 0;
+  }
   if ((e = cudaSetDevice(prev)) != cudaSuccess && rc == 0)
     rc = lct__cuda_fail(c, e, "restoring the current device");
   if (rc != 0)
     return rc;
-  memcpy(b->handle, c->exports[slot].handle, LCT_IPC_HANDLE_BYTES);
-  memcpy(b->uuid, c->gpu_uuid[b->device], LCT_GPU_UUID_BYTES);
   lctpb__device_buffer__init(&b->msg);
-  b->msg.ipc_handle.data = b->handle;
+  b->msg.ipc_handle.data = c->exports[slot].handle;
   b->msg.ipc_handle.len = LCT_IPC_HANDLE_BYTES;
   b->msg.offset = (uint64_t)((uintptr_t)dptr - (uintptr_t)start);
   b->msg.size = bytes;
-  b->msg.gpu_uuid.data = b->uuid;
+  b->msg.gpu_uuid.data = c->gpu_uuid[b->device];
   b->msg.gpu_uuid.len = LCT_GPU_UUID_BYTES;
-  b->msg.boot_id.data = b->boot_id;
+  b->msg.boot_id.data = c->boot_id;
   b->msg.boot_id.len = LCT_BOOT_ID_BYTES;
   return 0;
 }
@@ -763,21 +765,24 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
     *failed = rc == 0 ? n : at;
   return rc;
 }
+#else
+/* A liblct without CUDA: every device call answers LCT_ENODEV. */
+static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, size_t *failed) {
+  (void)t, (void)n;
+  if (failed != NULL)
+    *failed = 0;
+  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use %s)",
+                   put ? "lct_put" : "lct_get");
+}
 #endif
 
 int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
                    const void *dptr, size_t bytes, lct_tensor_info *info) {
-#ifdef LCT_CLIENT_CUDA
   lct_device_tensor t = {key, dtype, shape, ndim, (void *)dptr, bytes, info};
   return lct__many(c, 1, &t, 1, NULL);
-#else
-  (void)key, (void)dtype, (void)shape, (void)ndim, (void)dptr, (void)bytes, (void)info;
-  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_put)");
-#endif
 }
 
 int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info) {
-#ifdef LCT_CLIENT_CUDA
   lct_device_tensor t = {key, 0, NULL, 0, dptr, cap, info};
   int rc = lct__many(c, 0, &t, 1, NULL);
   if (rc == LCT_EBUFSIZE && info != NULL) {
@@ -788,10 +793,14 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
     memcpy(c->err, saved, sizeof saved);
   }
   return rc;
-#else
-  (void)key, (void)dptr, (void)cap, (void)info;
-  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
-#endif
+}
+
+int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
+  return lct__many(c, 1, t, n, failed);
+}
+
+int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
+  return lct__many(c, 0, t, n, failed);
 }
 
 int lct_set_device_stream(lct_client *c, void *stream) {
@@ -801,28 +810,6 @@ int lct_set_device_stream(lct_client *c, void *stream) {
 #else
   (void)stream;
   return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device streams");
-#endif
-}
-
-int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
-#ifdef LCT_CLIENT_CUDA
-  return lct__many(c, 1, t, n, failed);
-#else
-  (void)t, (void)n;
-  if (failed != NULL)
-    *failed = 0;
-  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_put)");
-#endif
-}
-
-int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
-#ifdef LCT_CLIENT_CUDA
-  return lct__many(c, 0, t, n, failed);
-#else
-  (void)t, (void)n;
-  if (failed != NULL)
-    *failed = 0;
-  return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use lct_get)");
 #endif
 }
 

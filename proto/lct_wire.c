@@ -74,9 +74,11 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
     rc = LCT_EPROTO;
   else if (rq->meta != NULL)
     rc = lct__meta_check(rq->meta);
-  for (size_t i = 0; i < rq->n_items && rc == 0; i++)
-    if ((rc = lct_wire_key_check(rq->items[i]->key.data, rq->items[i]->key.len)) == 0 && rq->items[i]->meta != NULL)
-      rc = lct__meta_check(rq->items[i]->meta);
+  for (size_t i = 0; i < rq->n_items && rc == 0; i++) {
+    const Lctpb__DeviceItem *it = rq->items[i];
+    if ((rc = lct_wire_key_check(it->key.data, it->key.len)) == 0 && it->meta != NULL)
+      rc = lct__meta_check(it->meta);
+  }
   if (rc != 0) {
     lctpb__request__free_unpacked(rq, NULL);
     return rc;

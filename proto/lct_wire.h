@@ -48,8 +48,10 @@ int lct_wire_split(const void *msg, size_t len, lct_wire_frame *out);
 void lct_wire_prefix(uint8_t *dst, size_t header_len);
 
 /* Unpacks and validates a request header against the frame: op present,
- * payload_bytes equal to the payload length, key/prefix/cursor lengths and
- * shape rank and auth token length within bounds. On success *out must be freed with
+ * payload_bytes equal to the payload length, key/prefix/cursor lengths, the
+ * shape rank of meta and of every item's meta, every item's key, the auth
+ * token's length and the device buffer's handle, UUID and boot id lengths
+ * within bounds. On success *out must be freed with
  * lctpb__request__free_unpacked(*out, NULL). Returns 0, LCT_EPROTO,
  * LCT_ENAMETOOLONG (key empty or over LCT_KEY_MAX) or LCT_EINVAL (NUL in key). */
 int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out);

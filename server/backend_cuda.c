@@ -107,14 +107,15 @@ int lct__backend_cuda_present(void) {
 
 /* ---- sub-allocation of the region (loop thread only) ---------------------- */
 
-static uint64_t lct__round_up(uint64_t v) {
-  return (v + LCT__CUDA_ALIGN - 1) / LCT__CUDA_ALIGN * LCT__CUDA_ALIGN;
+/* The region bytes a blob of v bytes takes: aligned, and one unit for an empty one. */
+static uint64_t lct__span(uint64_t v) {
+  return v == 0 ? LCT__CUDA_ALIGN : (v + LCT__CUDA_ALIGN - 1) / LCT__CUDA_ALIGN * LCT__CUDA_ALIGN;
 }
 
 static int lct__cuda_alloc(void *ctx, size_t bytes, void **out) {
   lct__cuda *g = ctx;
   uint64_t off;
-  int rc = lct__ranges_take(&g->free, lct__round_up(bytes ? bytes : 1), &off);
+  int rc = lct__ranges_take(&g->free, lct__span(bytes), &off);
   if (rc != 0)
     return rc; /* LCT_ENOSPC: the pool's accounting had room, the region is fragmented */
   *out = g->base + off;
@@ -123,7 +124,7 @@ static int lct__cuda_alloc(void *ctx, size_t bytes, void **out) {
 
 static int lct__cuda_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out) {
   lct__cuda *g = ctx;
-  uint64_t keep = lct__round_up(new_bytes ? new_bytes : 1), had = lct__round_up(old_bytes ? old_bytes : 1);
+  uint64_t keep = lct__span(new_bytes), had = lct__span(old_bytes);
   *out = blob;
   if (keep >= had)
     return 0;
@@ -132,7 +133,7 @@ static int lct__cuda_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_
 
 static void lct__cuda_release(void *ctx, void *blob, size_t bytes) {
   lct__cuda *g = ctx;
-  if (lct__ranges_give(&g->free, (uint64_t)((uint8_t *)blob - g->base), lct__round_up(bytes ? bytes : 1)) != 0)
+  if (lct__ranges_give(&g->free, (uint64_t)((uint8_t *)blob - g->base), lct__span(bytes)) != 0)
     lct__log_error("cuda: out of host memory tracking a free range; %zu device bytes lost", bytes);
 }
 
@@ -403,6 +404,16 @@ static void lct__batch_close(lct__cuda_batch *b) {
   free(b);
 }
 
+/* A device codebook allocated once, holding a placeholder until its first
+ * upload: requests only rewrite it. */
+static int lct__device_codebook_new(lct_cuda_codebook **out) {
+  uint64_t none[LCT_MAX_SYMS] = {0};
+  lct_codebook placeholder;
+  if (lct_codebook_build(LCT_DTYPE_BF16, none, &placeholder) != 0)
+    return LCT_EINVAL;
+  return lct_cuda_codebook_create(&placeholder, out);
+}
+
 static int lct__batch_open(lct__cuda_batch **out) {
   lct__cuda_batch *b = calloc(1, sizeof *b);
   if (b == NULL)
@@ -417,14 +428,9 @@ static int lct__batch_open(lct__cuda_batch **out) {
   LCT__CUDA_TRY(cudaMalloc(&b->crc_work, b->crc_work_bytes));
   LCT__CUDA_TRY(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
   LCT__CUDA_TRY(cudaMalloc((void **)&b->bits, LCT__BATCH_GROUP * sizeof(uint64_t)));
-  /* Every cached device codebook is allocated here, once (a placeholder until
-   * its first upload; no codebook id is 0): requests only rewrite them. */
-  uint64_t none[LCT_MAX_SYMS] = {0};
-  lct_codebook placeholder;
-  if (lct_codebook_build(LCT_DTYPE_BF16, none, &placeholder) != 0)
-    return LCT_EINVAL;
+  /* Every cached device codebook is allocated here (no codebook id is 0: none matches yet). */
   for (int i = 0; i < LCT__BATCH_CODEBOOKS; i++) {
-    int rc = lct_cuda_codebook_create(&placeholder, &b->dcb[i]);
+    int rc = lct__device_codebook_new(&b->dcb[i]);
     if (rc != 0)
       return rc;
   }
@@ -566,14 +572,8 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   LCT__CUDA_TRY(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
   LCT__CUDA_TRY(cudaMalloc((void **)&w->bits, sizeof *w->bits));
   LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, 3 * sizeof(uint64_t)));
-  /* The device codebook is allocated here, once; requests only rewrite it. A
-   * placeholder fills it until the first encode (hcb's raw dtype never matches). */
-  uint64_t none[LCT_MAX_SYMS] = {0};
-  lct_codebook placeholder;
-  memset(&w->hcb, 0, sizeof w->hcb);
-  if (lct_codebook_build(LCT_DTYPE_BF16, none, &placeholder) != 0)
-    return LCT_EINVAL;
-  return lct_cuda_codebook_create(&placeholder, &w->dcb);
+  memset(&w->hcb, 0, sizeof w->hcb); /* raw dtype: never matches a codebook, so the first encode uploads */
+  return lct__device_codebook_new(&w->dcb);
 }
 
 int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t segment_max,

@@ -116,12 +116,10 @@ static void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, 
 }
 
 /* An error reply; item >= 0 names the item of a _MANY request at fault. */
-static void lct__reply_verror(lct__request *rq, int err, long item, const char *fmt, va_list ap) {
-  char text[512];
-  vsnprintf(text, sizeof text, fmt, ap);
+static void lct__reply_status(lct__request *rq, int err, long item, const char *text) {
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.status = (uint32_t)-err;
-  rp.message = text;
+  rp.message = (char *)text;
   rp.has_failed_item = item >= 0;
   rp.failed_item = item >= 0 ? (uint32_t)item : 0;
   void *msg;
@@ -139,19 +137,12 @@ static void lct__reply_verror(lct__request *rq, int err, long item, const char *
 }
 
 static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
+  char text[512];
   va_list ap;
   va_start(ap, fmt);
-  lct__reply_verror(rq, err, -1, fmt, ap);
+  vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-}
-
-static void lct__reply_error_at(lct__request *rq, int err, long item, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void lct__reply_error_at(lct__request *rq, int err, long item, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  lct__reply_verror(rq, err, item, fmt, ap);
-  va_end(ap);
+  lct__reply_status(rq, err, -1, text);
 }
 
 static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...)
@@ -160,12 +151,13 @@ static void lct__reply_item_error(lct__request *rq, int err, size_t item, const 
 /* The error of an item of a _MANY request: failed_item, and a message that
  * starts with its index. */
 static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...) {
-  char text[480];
+  char text[512];
+  int k = snprintf(text, sizeof text, "item %zu: ", item);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  vsnprintf(text + k, sizeof text - (size_t)k, fmt, ap);
   va_end(ap);
-  lct__reply_error_at(rq, err, (long)item, "item %zu: %s", item, text);
+  lct__reply_status(rq, err, (long)item, text);
 }
 
 static void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m) {
@@ -220,8 +212,6 @@ static int lct__need_key(lct__request *rq) {
   return 0;
 }
 
-/* Checks a put's declaration, and its key and size against max_key_length
- * and max_tensor_size; replies itself on failure. */
 /* A put's declaration from its meta, within max_tensor_size: 0, or an error
  * code with its reason in why. */
 static int lct__decl_check(const lct__config *cfg, const Lctpb__TensorMeta *m, lct__put_decl *d, char *why,
@@ -244,6 +234,8 @@ static int lct__decl_check(const lct__config *cfg, const Lctpb__TensorMeta *m, l
   return rc;
 }
 
+/* Checks a put's key against max_key_length and its declaration; replies
+ * itself on failure. */
 static int lct__decl_or_reply(lct__request *rq, lct__put_decl *d) {
   const lct__config *cfg = &rq->srv->cfg;
   if (rq->hdr->key.len > (size_t)cfg->max_key_length) {
@@ -599,8 +591,8 @@ static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t 
 }
 
 /* The checks common to both _MANY ops: no payload, 1..LCT_DEVICE_ITEMS_MAX
- * items with distinct keys, each inside the device buffer and aligned for
- * its element size (esize[i], from the declaration or the stored entry).
+ * items with distinct keys within max_key_length, each inside the device
+ * buffer (alignment needs the element size: lct__batch_map_or_reply).
  * Allocates rq->batch. Replies itself and returns 0 on failure. */
 static int lct__batch_or_reply(lct__request *rq) {
   const Lctpb__Request *h = rq->hdr;

@@ -98,12 +98,16 @@ void lct__staging_destroy(lct__staging *st) {
   free(st);
 }
 
+/* Whether bytes more fit the staging budget. */
+static int lct__staging_room(const lct__staging *st, uint64_t bytes) {
+  uint64_t used = st->srv->stats.staging_bytes, budget = st->srv->cfg.staging_memory;
+  return used <= budget && bytes <= budget - used;
+}
+
 int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
                        const lct__put_decl *decl, lct__pending **out) {
   lct__stats *stats = &st->srv->stats;
-  if (stats->pending_puts >= (uint64_t)st->srv->cfg.max_pending_puts ||
-      decl->raw_bytes > st->srv->cfg.staging_memory - stats->staging_bytes ||
-      stats->staging_bytes > st->srv->cfg.staging_memory)
+  if (stats->pending_puts >= (uint64_t)st->srv->cfg.max_pending_puts || !lct__staging_room(st, decl->raw_bytes))
     return LCT_ENOMEM;
   lct__pending *p = calloc(1, sizeof *p);
   if (p == NULL)
@@ -136,7 +140,7 @@ int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_by
   lct__stats *stats = &st->srv->stats;
   uint64_t framing = msg_bytes - len; /* kept with the payload: counted, or tiny chunks with big headers
                                          would hold far more memory than the budget */
-  if (framing > st->srv->cfg.staging_memory - stats->staging_bytes || stats->staging_bytes > st->srv->cfg.staging_memory)
+  if (!lct__staging_room(st, framing))
     return LCT_ENOMEM;
   if (p->n_pieces == p->cap_pieces) {
     size_t cap = p->cap_pieces ? 2 * p->cap_pieces : 8;

@@ -36,7 +36,6 @@ struct lct__transport {
   lct__sock socks[];
 };
 
-
 /* One message and its routing header, both as nanomsg-owned buffers (NN_MSG):
  * received without a copy, and sent by handing the buffers back. */
 static void lct__zero_copy_hdr(struct nn_msghdr *hdr, struct nn_iovec *iov, void **msg, void **control) {

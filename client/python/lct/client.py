@@ -398,7 +398,8 @@ class Client:
 
         value: a bytes-like object, numpy array or torch tensor (CPU or
         device; a CUDA tensor goes device to device when lctd runs on the
-        same host and GPU with the cuda backend, else through host memory). dtype: an lct dtype name ('f32', 'bf16', 'f16', 'f8e4m3',
+        same host and GPU with the cuda backend, else through host memory).
+        dtype: an lct dtype name ('f32', 'bf16', 'f16', 'f8e4m3',
         'f8e5m2', 'raw'); None takes it from the value (float32, float16,
         bfloat16, float8 types; 1-byte types and bytes-like objects are 'raw').
         shape: None takes the value's, its last axis rescaled when dtype's

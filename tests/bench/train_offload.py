@@ -41,7 +41,7 @@ ap.add_argument("--embd", type=int, default=1024)
 ap.add_argument("--heads", type=int, default=16)
 ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--block", type=int, default=512)
-ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--steps", type=int, default=40)
 ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed modes")
 ap.add_argument("--scratch-mib", type=int, default=2048,
                 help="OffloadedAdamW scratch: taken from memory the backward pass freed, during step() only")
@@ -110,8 +110,10 @@ def batches(n, batch, block):
         yield (torch.stack([data[i:i + block] for i in ix]), torch.stack([data[i + 1:i + block + 1] for i in ix]))
 
 
-def step(model, opt, x, y):
-    """One training step: its loss, its time and its optimizer step's time (the part the offload changes)."""
+def step(model, opt, x, y, flush=False):
+    """One training step: its loss, its time and its optimizer step's time (the
+    part the offload changes). flush: an offloaded step also waits until its
+    last states are back in lctd (else they overlap the next step)."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -122,6 +124,8 @@ def step(model, opt, x, y):
     t1 = time.perf_counter()
     opt.step()
     loss = loss.item()  # synchronizes
+    if flush and hasattr(opt, "flush"):
+        opt.flush()
     t2 = time.perf_counter()
     return loss, t2 - t0, t2 - t1
 
@@ -133,26 +137,32 @@ def train(model, opt, n, batch, block, after_first=None):
     for x, y in batches(n, batch, block):
         if len(losses) == 1 and after_first is not None:
             after_first()
-        loss, t, t_opt = step(model, opt, x, y)
+        loss, t, t_opt = step(model, opt, x, y, flush=len(losses) == n - 1)
         losses.append(loss)
         times.append(t)
         opt_times.append(t_opt)
     return losses, times, opt_times
 
 
-def interleaved(modes, clients):
-    """Step times with every mode's model resident, one step of each mode in
-    turn, the order rotating each step: drifts of the machine (clocks, other
-    tenants) fall on all modes alike. {mode: (step times, optimizer times)},
-    the first step (codebooks built) left out."""
+def interleaved(modes, clients, block=4):
+    """Step times with every mode's model resident, the modes taking turns in
+    runs of block steps, the order rotating each round: drifts of the machine
+    (clocks, other tenants) fall on all modes alike, and within a run an
+    offloaded step's last stores overlap its own next step, as in training
+    (the run's last step waits for them). {mode: (step times, optimizer
+    times)}, each mode's first run (codebooks built, allocator settling)
+    left out."""
     runs = {m: make(m, a.block, clients.get(m), prefix="interleaved/") for m in modes}
     times = {m: ([], []) for m in modes}
-    for k, (x, y) in enumerate(batches(a.steps, a.batch, a.block)):
-        for m in modes[k % len(modes):] + modes[:k % len(modes)]:
-            _, t, t_opt = step(*runs[m], x, y)
-            if k > 0:
-                times[m][0].append(t)
-                times[m][1].append(t_opt)
+    feed = list(batches(a.steps, a.batch, a.block))
+    for r, start in enumerate(range(0, len(feed), block)):
+        end = min(start + block, len(feed))
+        for m in modes[r % len(modes):] + modes[:r % len(modes)]:
+            for k in range(start, end):
+                _, t, t_opt = step(*runs[m], *feed[k], flush=k == end - 1)
+                if start > 0:
+                    times[m][0].append(t)
+                    times[m][1].append(t_opt)
     for client in clients.values():  # the pool's room goes to the context search
         for t in list(client.list(prefix="interleaved/")):
             client.delete(t.key)
@@ -233,6 +243,8 @@ try:
         losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
         r = {"losses": losses, "alone_step_ms": 1e3 * statistics.median(times[1:]),
              "alone_optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
+             "alone_step_times_ms": [round(1e3 * t, 2) for t in times],
+             "alone_optimizer_times_ms": [round(1e3 * t, 2) for t in opt_times],
              "trainer_peak_bytes": torch.cuda.max_memory_allocated(),
              "params": sum(p.numel() for p in model.parameters())}
         if mode != "torch":
@@ -263,6 +275,8 @@ try:
     for mode, (times, opt_times) in interleaved(["torch", "ipc", "tcp"], clients).items():
         results[mode]["step_ms"] = 1e3 * statistics.median(times)
         results[mode]["optimizer_ms"] = 1e3 * statistics.median(opt_times)
+        results[mode]["step_times_ms"] = [round(1e3 * t, 2) for t in times]
+        results[mode]["optimizer_times_ms"] = [round(1e3 * t, 2) for t in opt_times]
         print(f"{mode}: interleaved step {results[mode]['step_ms']:.1f} ms", flush=True)
 
     # Longest context under a fixed per-process cap, batch 1, two steps each.

@@ -570,6 +570,8 @@ class Batch:
         self._batch = batch
         # What retarget() may swap in place: a CUDA tensor of the same type, dtype, shape and device.
         self._layout = [_layout(self.items[i][1]) for i, _, _, _ in batch]
+        # A get's (raw bytes, dtype) that last fitted each out: the same again needs no closer look.
+        self._fitted = [None] * len(batch)
         self._arr = (_native.DeviceTensor * len(batch))()
         self._cinfo = (_native.TensorInfo * len(batch))()
         for j, (_, k, host, dims) in enumerate(batch):
@@ -634,10 +636,17 @@ class Batch:
             return
         if put:
             return
+        fitted, cinfo = self._fitted, self._cinfo
         first_error = None  # every staged out is filled before a mismatch is raised
         for j, (_, k, host, _) in enumerate(batch):
-            host.finish()
-            first_error = first_error or _out_mismatch(k, self._cinfo[j], host)
+            if host.staged:
+                host.finish()
+            info = cinfo[j]
+            got = info.raw_bytes, info.dtype
+            if got != fitted[j]:
+                error = _out_mismatch(k, info, host)
+                fitted[j] = got if error is None else None
+                first_error = first_error or error
         if first_error is not None:
             raise first_error
 
@@ -652,14 +661,17 @@ class Batch:
         self.items = [(key, v) for (key, _), v in zip(self.items, values)]
         self._released = False
         same = not self._repack and self._device_path == _device_path
+        layout, arr = self._layout, self._arr
         for j, (i, k, host, dims) in enumerate(self._batch):
             if not same:
                 break
             v = values[i]
-            same = type(v) is self._layout[j][0] and _layout(v) == self._layout[j] and v.is_contiguous()
+            same = type(v) is layout[j][0] and _layout(v) == layout[j] and v.is_contiguous()
             if same:
-                self._arr[j].dptr = host.ptr = v.data_ptr()
-                host.keep, host.finish, host.staged = v, _no_finish, False
+                arr[j].dptr = host.ptr = v.data_ptr()
+                host.keep = v
+                if host.staged:
+                    host.finish, host.staged = _no_finish, False
         if not same:
             self._pack()
         else:
@@ -682,7 +694,7 @@ class Batch:
 
 
 def _layout(t):
-    return type(t), t.dtype, t.shape, t.device
+    return type(t), t.dtype, t.shape, t.get_device()
 
 
 def _out_mismatch(k, info, host):

@@ -1,6 +1,6 @@
 """optim.py — OffloadedAdamW: AdamW whose moments live in lctd between steps, updated through a bounded scratch buffer."""
 import functools
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import torch
 
@@ -10,7 +10,8 @@ _LOST = (error_code("LCT_ETIMEDOUT"), error_code("LCT_ECONN"))  # a request whos
 
 _ALIGN = 256  # scratch slots start at multiples of this (any dtype's view, coalesced device access)
 _PARTS = 4  # the scratch's parts: a group updating, the next ones fetched, the previous stored
-_RAMP = 4  # the first and last groups take at most 1/_RAMP of a part
+_FIRST = 16  # the first group takes at most 1/_FIRST of a part, each next twice as much as the one before
+_TAIL = 4  # the last group takes at most 1/_TAIL of a part
 _MIN_AUTO_SCRATCH = 256 << 20
 _UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
 _CODED = (torch.float32, torch.bfloat16, torch.float16)  # state dtypes lct codes; others go raw
@@ -37,11 +38,17 @@ class OffloadedAdamW(torch.optim.Optimizer):
     never waits for lctd. A group's moments travel in one request each way
     (Client.get_many, put_many: for CUDA parameters lctd decodes into and
     encodes from the scratch in one GPU pass); the fetcher uses client, the
-    storer a second connection (client.clone()). Besides the parameters and
-    gradients the trainer holds only the scratch, and only during step(): it
-    is taken from and returned to PyTorch's caching allocator, so it reuses
-    memory the backward pass freed (for CPU parameters, plus a host copy of a
-    tensor in flight on each mover thread). lctd keeps the allocator segments
+    storer a second connection (client.clone()); both threads live as long
+    as the optimizer. The first groups are small and grow (the pipeline fills
+    quickly); step() returns once the last group is updated, its moments on
+    their way back while the trainer goes on. The next step(), state_dict(),
+    load_state_dict() and flush() wait for them (and raise what failed storing
+    them): call flush() before reading the moments from lctd some other way.
+    Besides the parameters and gradients the trainer holds only the scratch,
+    from the start of step() until the last group is stored: it is taken from
+    and returned to PyTorch's caching allocator, so it reuses memory the
+    backward pass freed (for CPU parameters, plus a host copy of a tensor in
+    flight on each mover thread). lctd keeps the allocator segments
     it mapped open (up to 64, proto/PROTOCOL.md): after
     torch.cuda.empty_cache() their memory returns only when lctd evicts them
     or stops. A step whose request timed out or lost its connection keeps its
@@ -80,8 +87,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
         # add_param_group, called by Optimizer.__init__, checks against these.
         self.client = client
         self._store_client = None  # the storer's connection (client.clone()), opened at the first step
-        self._batches = {}  # ("fetch" or "store", group number): its requests, packed, released between steps
-        self._shapes = {}  # parameter index: _shape()
+        self._movers = None  # the fetcher and storer threads, started at the first step
+        self._pending = None  # the end of the last step, on the storer: flush() waits for it
+        self._layout = None  # (the step's parameter indices, its groups' _Layouts), while the step's shape holds
+        # Group number: (keys, Batch), its requests packed, released between steps;
+        # the fetches touched by the fetcher and by step() once they are done, the stores by the storer.
+        self._fetches, self._stores = {}, {}
         self._quarantined = []  # scratch of a step whose requests were cut off (lctd may still write it)
         self.key_prefix = key_prefix
         self.offload_master_weights = offload_master_weights
@@ -139,6 +150,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self.flush()
         groups = self._groups()
         if groups:
             self._pipeline(groups)
@@ -149,31 +161,47 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     def _groups(self):
         """The parameters with gradients, in order, cut into groups of one
-        device whose states fit a part of the scratch. The first group and
-        the last take at most a quarter of a part (or one parameter): the
-        pipeline fills and drains through small requests."""
-        groups, batch, used, part = [], [], 0, self._part()
+        device whose states fit a part of the scratch, as _Layouts. The first
+        group takes at most 1/_FIRST of a part (or one parameter), each next
+        one twice as much, the last at most 1/_TAIL: the pipeline fills
+        through small requests, and the last group's store, which the step
+        does not wait for, holds the scratch briefly. Worked out again only
+        when the parameters with gradients, or their shapes or dtypes,
+        change."""
+        present = []
         for index, group, p in self._indexed_params():
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
-            _, _, dtype, elems, slots, _, _ = self._shape(index, p)
-            need = slots * elems * dtype.itemsize
+            present.append((index, id(p), p.shape, p.dtype))  # cached entries hold p: its id stays its own
+        part = self._part()
+        present = tuple(present), part
+        if self._layout is not None and self._layout[0] == present:
+            return self._layout[1]
+        params = {index: (group, p) for index, group, p in self._indexed_params()}
+        groups, batch, used = [], [], 0
+        for index, _, _, _ in present[0]:
+            group, p = params[index]
+            need = self._need(p)
             if need > part:  # a parameter grown since add_param_group
                 raise ValueError(f"a parameter of shape {tuple(p.shape)} needs {need} bytes of scratch, "
                                  f"{_PARTS} times that in all; scratch_bytes is {self.scratch_bytes}")
-            room = part if groups else part // _RAMP
+            room = min(part, part // _FIRST << len(groups))
             if batch and (used + need > room or p.device != batch[0][2].device):
                 groups.append(batch)
                 batch, used = [], 0
             batch.append((index, group, p, need))
             used += need
         tail, used = [], 0
-        while len(batch) > 1 and used + batch[-1][3] <= part // _RAMP:
+        while len(batch) > 1 and used + batch[-1][3] <= part // _TAIL:
             used += batch[-1][3]
             tail.insert(0, batch.pop())
-        return [g for g in groups + [batch, tail] if g]
+        layouts = [self._group_layout(g) for g in groups + [batch, tail] if g]
+        self._layout = present, layouts
+        self._fetches.clear()  # packed for other groups
+        self._stores.clear()
+        return layouts
 
     def _pipeline(self, groups):
         """Updates the groups in order, group i in part i % _PARTS of its
@@ -188,7 +216,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
         def planned(i):
             # Planned just before its fetch: the first fetch waits for one plan only.
-            device = groups[i][0][2].device
+            device = groups[i].device
             if device not in scratch:
                 buf = torch.empty(_PARTS * part, dtype=torch.uint8, device=device)
                 streams = (None, None)
@@ -203,100 +231,142 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
         if self._store_client is None:
             self._store_client = self.client.clone()
+        if self._movers is None:
+            self._movers = (ThreadPoolExecutor(1, thread_name_prefix="lct-fetch"),
+                            ThreadPoolExecutor(1, thread_name_prefix="lct-store"))
+        fetcher, storer = self._movers
         stored = []
 
-        def send(slot, client, items, stream, put):
+        def send(batches, i, client, keys, values, stream, put):
             # The same group as last step: its requests are packed already.
-            b = self._batches.get(slot)
-            if b is not None and b.client is client and [k for k, _ in b.items] == [k for k, _ in items]:
-                b.retarget(t for _, t in items)
+            known = batches.get(i)
+            if known is not None and known[0] == keys:
+                b = known[1]
+                b.retarget(values)
             else:
-                b = self._batches[slot] = Batch(client, items, put)
+                b = Batch(client, zip(keys, values), put)
+                batches[i] = keys, b
             b.send(stream)
+
+        def release(batches):
+            for i in [i for i in batches if i >= len(groups)]:
+                del batches[i]
+            for _, b in batches.values():
+                b.release()
 
         def fetch(i):
             plan = plans[i]
             if i >= _PARTS:
                 stored[i - _PARTS].result()  # the part is free once its last group is stored
-            if plan.fetch:
-                send(("fetch", i), self.client, plan.fetch, plan.fetch_stream, put=False)
+            if plan.fetch_keys:
+                send(self._fetches, i, self.client, plan.fetch_keys, plan.fetch, plan.fetch_stream, put=False)
 
         def store(i, done):
             plan = plans[i]
             if done is not None:
                 plan.store_stream.wait_event(done)
             if plan.coded:
-                send(("store", i), self._store_client, plan.coded, plan.store_stream, put=True)
-            for key, t in plan.raw:
+                send(self._stores, i, self._store_client, plan.layout.coded_keys, plan.coded, plan.store_stream,
+                     put=True)
+            for key, t in zip(plan.layout.raw_keys, plan.raw):
                 self._store_client.put(key, t, dtype="raw")
 
-        try:
-            with ThreadPoolExecutor(1, thread_name_prefix="lct-fetch") as fetcher, \
-                    ThreadPoolExecutor(1, thread_name_prefix="lct-store") as storer:
-                fetched = [fetcher.submit(fetch, planned(i)) for i in range(min(_PARTS, len(groups)))]
-                for i in range(len(groups)):
-                    fetched[i].result()  # raises a failed fetch, or a failed store of this part
-                    plan = plans[i]
-                    self._update(plan)
-                    done = None
-                    if plan.store_stream is not None:
-                        done = torch.cuda.Event()
-                        done.record(torch.cuda.current_stream(plan.store_stream.device))
-                    stored.append(storer.submit(store, i, done))
-                    if i + _PARTS < len(groups):
-                        fetched.append(fetcher.submit(fetch, planned(i + _PARTS)))
-                for f in stored:
-                    f.result()
-        except LctError as e:
-            if e.code in _LOST:
-                # lctd may still be writing into the scratch: it never goes back to the allocator.
+        def finish(error):
+            # Ends a step: lets go of the store requests' values and of the
+            # scratch, which goes back to the allocator unless a request cut
+            # off may still be writing into it.
+            release(self._stores)
+            if isinstance(error, LctError) and error.code in _LOST:
                 self._quarantined += [buf for buf, _ in scratch.values()]
-            raise
-        finally:
-            # The packed requests stay for the next step; the scratch goes back to the allocator.
-            for slot in [s for s in self._batches if s[1] >= len(groups)]:
-                del self._batches[slot]
-            for b in self._batches.values():
-                b.release()
             plans.clear()
             scratch.clear()
 
-    def _shape(self, index, p):
-        """What a parameter's states take in the scratch, worked out once:
-        (param, shape, state dtype, slot elements, slots, keys, coded)."""
-        known = self._shapes.get(index)
-        if known is not None and known[0] is p and known[1] == p.shape and known[7] == p.dtype:
-            return known[:7]
-        dtype = self._state_dtype(p)
-        slots = 4 if self.offload_master_weights else 3
-        names = ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
-        known = (p, p.shape, dtype, _aligned(p.numel() * dtype.itemsize) // dtype.itemsize, slots,
-                 tuple(self._key(index, name) for name in names), dtype in _CODED, p.dtype)
-        self._shapes[index] = known
-        return known[:7]
+        def finish_last():
+            error = stored[-1].exception()
+            finish(error)
+            if error is not None:
+                raise error
 
-    def _plan(self, batch, buf, fetch_stream, store_stream):
-        """A group's slots in its part of the scratch and its requests."""
-        off, typed = 0, {}
-        plan = _Plan(fetch_stream, store_stream)
-        for index, group, p, _ in batch:
-            _, shape, dtype, elems, slots, keys, coded = self._shape(index, p)
+        fetched = []
+        try:
+            fetched += [fetcher.submit(fetch, planned(i)) for i in range(min(_PARTS, len(groups)))]
+            for i in range(len(groups)):
+                fetched[i].result()  # raises a failed fetch, or a failed store of this part
+                plan = plans[i]
+                self._update(plan)
+                done = None
+                if plan.store_stream is not None:
+                    done = torch.cuda.Event()
+                    done.record(torch.cuda.current_stream(plan.store_stream.device))
+                stored.append(storer.submit(store, i, done))
+                if i + _PARTS < len(groups):
+                    fetched.append(fetcher.submit(fetch, planned(i + _PARTS)))
+            for f in stored[:-1]:
+                f.result()
+        except BaseException as e:
+            # Nothing may touch the scratch once it returns to the allocator.
+            for f in fetched + stored:
+                f.cancel()
+            wait(fetched + stored)
+            finish(e)
+            raise
+        finally:
+            release(self._fetches)  # every fetch is done
+        # The last group's states go back while the trainer goes on; the
+        # storer then lets go of the scratch, and the next step waits for it.
+        self._pending = storer.submit(finish_last)
+
+    def flush(self):
+        """Waits until the states of the last step are back in lctd (step()
+        returns while its last group's are on their way) and raises what
+        failed storing them. step(), state_dict() and load_state_dict() flush
+        first."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _group_layout(self, batch):
+        """Where each parameter of a group keeps its states in a part: its
+        slots (m, v, denom, and master) one after the other."""
+        layout, off = _Layout(batch[0][2].device), 0
+        names = ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
+        for index, group, p, need in batch:
+            dtype = self._state_dtype(p)
+            slots, elems = len(names) + 1, _aligned(p.numel() * dtype.itemsize) // dtype.itemsize
+            keys = tuple(self._key(index, name) for name in names)
+            layout.entries.append((group, p, (slots,) + tuple(p.shape), (elems,) + _contiguous_strides(p.shape),
+                                   off // dtype.itemsize, dtype, keys))
+            layout.fetch_keys += keys
+            (layout.coded_keys if dtype in _CODED else layout.raw_keys).extend(keys)
+            off += need
+        layout.fetch_keys, layout.coded_keys, layout.raw_keys = (
+            tuple(layout.fetch_keys), tuple(layout.coded_keys), tuple(layout.raw_keys))
+        return layout
+
+    def _plan(self, layout, buf, fetch_stream, store_stream):
+        """A group's states in its part of the scratch (buf), as views, and
+        the values of its requests."""
+        typed = {}
+        plan = _Plan(layout, fetch_stream, store_stream)
+        fresh_any = False
+        for group, p, size, strides, at, dtype, keys in layout.entries:
             if dtype not in typed:
                 base = buf.view(dtype)
                 typed[dtype] = base, base.storage_offset()
-            base, at = typed[dtype]
+            base, start = typed[dtype]
             # One view of the parameter's slots, split: m, v, denom (and master).
-            views = base.as_strided((slots,) + tuple(shape), (elems,) + _contiguous_strides(shape),
-                                    at + off // dtype.itemsize).unbind(0)
-            off += slots * elems * dtype.itemsize
+            views = base.as_strided(size, strides, start + at).unbind(0)
             m, v, tmp = views[:3]
-            master = views[3] if slots == 4 else None
+            master = views[3] if len(views) == 4 else None
+            moved = (m, v) if master is None else (m, v, master)
             fresh = not self.state[p]  # its state is made at its update, when its keys are about to exist
-            moved = list(zip(keys, (m, v, master)))
+            fresh_any |= fresh
             if not fresh:
                 plan.fetch += moved
-            (plan.coded if coded else plan.raw).extend(moved)
+            (plan.coded if dtype in _CODED else plan.raw).extend(moved)
             plan.work.append((group, p, m, v, tmp, master, fresh))
+        if fresh_any:
+            plan.fetch_keys = tuple(k for _, p, _, _, _, _, keys in layout.entries if self.state[p] for k in keys)
         return plan
 
     def _update(self, plan):
@@ -322,6 +392,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def state_dict(self):
         """As torch.optim.AdamW's (its load_state_dict takes it), with the
         moments (and master_param) fetched from lctd as CPU tensors."""
+        self.flush()
         sd = super().state_dict()
         names = ["exp_avg", "exp_avg_sq"] + (["master_param"] if self.offload_master_weights else [])
         for index, _, p in self._indexed_params():
@@ -337,6 +408,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Takes a state_dict of this class or of torch.optim.AdamW: the steps
         and hyperparameters stay here, the moments go to lctd."""
+        self.flush()
         for group in state_dict["param_groups"]:
             unsupported = [k for k in _UNSUPPORTED if group.get(k)]
             if group.get("decoupled_weight_decay") is False:
@@ -362,12 +434,24 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 self._put(index, "master_param", (master if master is not None else p).to(torch.float32))
 
 
-class _Plan:
-    """One group's requests: states to fetch into the scratch, and to store
-    from it (coded by lctd, or raw), with the streams the movers synchronize."""
+class _Layout:
+    """A group's parameters and their places in a part of the scratch:
+    (param group, param, view size, view strides, element offset, state
+    dtype, keys) each; the keys it fetches, and those it stores coded and
+    raw."""
 
-    def __init__(self, fetch_stream, store_stream):
-        self.fetch_stream, self.store_stream = fetch_stream, store_stream
+    def __init__(self, device):
+        self.device = device
+        self.entries, self.fetch_keys, self.coded_keys, self.raw_keys = [], [], [], []
+
+
+class _Plan:
+    """One group's step: its states' views in the scratch, the values its
+    requests fetch and store, and the streams the movers synchronize."""
+
+    def __init__(self, layout, fetch_stream, store_stream):
+        self.layout, self.fetch_stream, self.store_stream = layout, fetch_stream, store_stream
+        self.fetch_keys = layout.fetch_keys
         self.fetch, self.coded, self.raw, self.work = [], [], [], []
 
 

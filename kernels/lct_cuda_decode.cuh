@@ -22,11 +22,18 @@ struct lct__dec_tensor {
 
 struct lct__dec_params {
   lct__dec_tensor t[LCT__BATCH];
-  uint16_t *tables;  /* workspace: a 4096-entry decode table per slot, entry = symbol | length << 11 */
+  uint16_t *tables;  /* workspace: a 4096-entry decode table per slot (see lct__dec_entry) */
   int *ws_status;    /* workspace: status per slot */
   unsigned *ws_done; /* workspace: finished chunk blocks per slot */
   uint32_t count;
 };
+
+/* Decode table entry: symbol | length << 11, with bit 15 set for ESC and for
+ * an invalid code (0x8000) so that the reader tests both rare cases at once
+ * (the entry read as a signed 16-bit value is negative). */
+__device__ static inline uint16_t lct__dec_entry(unsigned sym, unsigned len, unsigned esc) {
+  return (uint16_t)(sym | len << 11 | (sym == esc ? 0x8000u : 0));
+}
 
 __device__ static inline uint32_t lct__chunk_count(uint64_t n_elems) {
   return (uint32_t)((n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS);
@@ -157,11 +164,11 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
     uint16_t *tab = p.tables + (size_t)T.slot * LCT__TABLE_ENTRIES;
     for (unsigned idx = tid; idx < LCT__TABLE_ENTRIES; idx += LCT__HDR_THREADS) {
       const unsigned v = __brev(idx) >> (32 - CL);
-      uint16_t entry = 0;
+      uint16_t entry = 0x8000;
       for (unsigned l = 1; l <= CL; l++) {
         const unsigned d = (v >> (CL - l)) - s_first[l];
         if (d < s_count[l]) {
-          entry = (uint16_t)(s_sorted[s_offset[l] + d] | l << 11);
+          entry = lct__dec_entry(s_sorted[s_offset[l] + d], l, NSYM - 1);
           break;
         }
       }
@@ -241,7 +248,7 @@ template <int DT> struct lct__dec_warp_smem {
 };
 
 template <int DT> struct lct__dec_smem {
-  uint16_t tab[LCT__TABLE_ENTRIES];
+  int16_t tab[LCT__TABLE_ENTRIES]; /* lct__dec_entry values, signed: ESC and invalid codes read negative */
   lct__dec_warp_smem<DT> warp[LCT__DEC_WARPS];
 };
 
@@ -258,32 +265,52 @@ template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
 
 /* A lane's code stream reader. Reader word v is cbase[v], cbase being the
  * code section's start rounded down to 16 bytes; the ring holds words in
- * 16-byte granules, granule g in slot g % RG. The bit buffer holds stream
- * bits [32 wa - nb, 32 wa), nb >= 32 before each symbol, and nw is word wa,
- * read from the ring one refill ahead. */
+ * 16-byte granules, granule g in slot g % RG. The reader stands at stream bit
+ * 32 (wa - 2) + pos, pos < 32: lo and hi are words wa - 2 and wa - 1, nw is
+ * word wa, read from the ring one advance ahead. win is the 32 stream bits
+ * from there on (one funnel shift, no 64-bit shifts), with the used bits taken
+ * since shifted out. bad: an invalid code was read. */
 struct lct__code_reader {
-  uint64_t buf;
-  uint32_t nb, wa, nw, minent;
+  uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
 
+/* Moves the reader past the used bits (at most 32) and refreshes the window.
+ * Without a branch: lanes diverging here would run both paths one after the
+ * other. */
+template <int DT> __device__ static inline void lct__commit(lct__code_reader &r, const uint32_t *ring) {
+  r.pos += r.used;
+  const bool adv = r.pos >= 32;
+  r.lo = adv ? r.hi : r.lo;
+  r.hi = adv ? r.nw : r.hi;
+  r.pos &= 31;
+  r.wa += adv;
+  if (adv) r.nw = ring[r.wa & (lct__dec_cfg<DT>::RW - 1)];
+  r.win = __funnelshift_r(r.lo, r.hi, r.pos);
+  r.used = 0;
+}
+
+/* Takes one symbol from the window: a code takes at most 12 bits, so a
+ * fresh window covers two, and the symbol loop commits once per pair. ESC
+ * and an invalid code (a negative entry, rare) branch off: ESC's raw symbol
+ * may need more bits than are left, so that path commits before it and
+ * again after, leaving a fresh window as a commit does. */
 template <int DT>
-__device__ static inline uint32_t lct__next_symbol(lct__code_reader &r, const uint16_t *tab, const uint32_t *ring) {
-  constexpr unsigned S = lct__dt<DT>::S, RW = lct__dec_cfg<DT>::RW;
-  constexpr uint32_t ESC = 1u << S, SMASK = (1u << S) - 1;
-  const uint32_t ent = tab[(uint32_t)r.buf & (LCT__TABLE_ENTRIES - 1)];
-  r.minent = min(r.minent, ent); /* 0: an invalid code */
-  const uint32_t l = ent >> 11, coded = ent & 0x7ff;
-  const bool esc = coded == ESC;
-  const uint32_t sym = esc ? (uint32_t)(r.buf >> l) & SMASK : coded, adv = esc ? l + S : l;
-  r.buf >>= adv;
-  r.nb -= adv;
-  /* Refill without a branch: lanes diverging here every symbol would run
-   * both paths one after the other. */
-  const bool refill = r.nb < 32;
-  r.buf |= (uint64_t)(refill ? r.nw : 0) << r.nb;
-  r.nb += refill ? 32 : 0;
-  r.wa += refill;
-  if (refill) r.nw = ring[r.wa & (RW - 1)];
+__device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const int16_t *tab, const uint32_t *ring) {
+  constexpr unsigned S = lct__dt<DT>::S;
+  constexpr uint32_t SMASK = (1u << S) - 1;
+  const int32_t ent = tab[r.win & (LCT__TABLE_ENTRIES - 1)];
+  if (__builtin_expect(ent >= 0, 1)) {
+    const uint32_t l = (uint32_t)ent >> 11;
+    r.win >>= l;
+    r.used += l;
+    return (uint32_t)ent & SMASK;
+  }
+  const uint32_t l = ((uint32_t)ent >> 11) & 15;
+  r.bad |= l == 0;
+  lct__commit<DT>(r, ring);
+  const uint32_t sym = (r.win >> l) & SMASK;
+  r.used = l + S;
+  lct__commit<DT>(r, ring);
   return sym;
 }
 
@@ -368,7 +395,7 @@ __device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32
  * then lane t rebuilds elements [512 t, 512 t + 512) and stores them. Returns
  * (warp-uniformly) 0, LCT_ECORRUPT or LCT_ECHECKSUM. */
 template <int DT>
-__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uint16_t *tab, lct__dec_warp_smem<DT> &sm,
+__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const int16_t *tab, lct__dec_warp_smem<DT> &sm,
                                              uint32_t c, uint32_t n_chunks, unsigned lane) {
   using L = lct__layout_of<DT>;
   using C = lct__dec_cfg<DT>;
@@ -443,11 +470,14 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uin
 
     lct__code_reader r;
     const uint32_t w0 = bit0 >> 5;
-    r.buf = ((uint64_t)ring[(w0 + 1) & (C::RW - 1)] << 32 | ring[w0 & (C::RW - 1)]) >> (bit0 & 31);
-    r.nb = 64 - (bit0 & 31);
+    r.lo = ring[w0 & (C::RW - 1)];
+    r.hi = ring[(w0 + 1) & (C::RW - 1)];
     r.wa = w0 + 2;
     r.nw = ring[r.wa & (C::RW - 1)];
-    r.minent = 0xffff;
+    r.pos = bit0 & 31;
+    r.win = __funnelshift_r(r.lo, r.hi, r.pos);
+    r.used = 0;
+    r.bad = 0;
 
     const uint32_t ek = E * k, kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
     const uint32_t rounds = (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32;
@@ -480,8 +510,9 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uin
             mnb -= ek;
 #pragma unroll
             for (unsigned g = 0; g < E; g++) {
-              x[i + g] = lct__next_symbol<DT>(r, tab, ring) << M | (mv & kmask);
+              x[i + g] = lct__take_symbol<DT>(r, tab, ring) << M | (mv & kmask);
               mv >>= k;
+              if ((i + g) & 1) lct__commit<DT>(r, ring);
             }
           }
 #pragma unroll
@@ -520,7 +551,8 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uin
           const uint32_t e = e0 + 32 * rd + j, m = ((uint32_t)mb << trim) & kmask;
           mb >>= k;
           mnb -= k;
-          const uint32_t x = lct__next_symbol<DT>(r, tab, ring) << M | m;
+          const uint32_t x = lct__take_symbol<DT>(r, tab, ring) << M | m;
+          lct__commit<DT>(r, ring);
           chk += (x << (8 * ((e * W) & 3))) * ((mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
           lct__store_elem<W>(out, e, x);
         }
@@ -530,7 +562,7 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const uin
       gdone = gfill;
     }
     /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
-    uint32_t bad = r.minent == 0 || 32 * r.wa - r.nb - bit0 != lb;
+    uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - bit0 != lb;
     if (lane == 0) {
       const uint32_t used = n * k;
       if (used & 31) bad |= __ldg(mant + mwords - 1) >> (used & 31);

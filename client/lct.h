@@ -138,6 +138,36 @@ int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, siz
  * built without CUDA. */
 int lct_set_device_stream(lct_client *c, void *stream);
 
+/* Device batches in the background: what an optimizer runs beside its
+ * updates without a thread of its own. lct_submit_device_many queues a
+ * lct_put_device_many (put != 0) or lct_get_device_many of t[0..n) on this
+ * client's job thread (started at the first job) and returns at once. The
+ * thread runs the client's jobs in order. For each it first waits for `after`
+ * (a job of any client, or NULL) to finish; if that one failed, this one
+ * fails with LCT_ECANCELED and sends nothing. It then makes the call as the
+ * synchronous one would, except that it waits for the CUDA event `event` (a
+ * cudaEvent_t recorded after the work that writes a put's buffers or last
+ * uses a get's) instead of synchronizing the GPU; NULL synchronizes as
+ * lct_set_device_stream says. The items, their keys, shapes and infos, the
+ * buffers and the event must stay valid until the job has finished. While a
+ * client has unfinished jobs, only lct_submit_device_many and lct_close may
+ * be called on it (lct_last_error included: a job's error is its own).
+ *
+ * lct_job_wait blocks until the job has finished and returns what the call
+ * returned, *failed (if not NULL) as the call sets it; lct_job_error is the
+ * job's lct_last_error() text. lct_job_free waits for the job and releases
+ * it (a job another job waits for lives on until that one has looked at it).
+ * lct_close lets the running job finish, fails the queued ones with
+ * LCT_ECANCELED and stops the thread; their handles stay the caller's to
+ * free. LCT_ENOMEM when the job or the thread cannot be made. */
+typedef struct lct_job lct_job;
+
+int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event,
+                           lct_job *after, lct_job **job);
+int lct_job_wait(lct_job *job, size_t *failed);
+const char *lct_job_error(const lct_job *job);
+void lct_job_free(lct_job *job);
+
 /* LCT_ENOENT if the key does not exist. */
 int lct_delete(lct_client *c, const char *key);
 int lct_stat(lct_client *c, const char *key, lct_tensor_info *info);

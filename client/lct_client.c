@@ -6,6 +6,7 @@
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <nanomsg/tcp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,12 @@ struct lct_client {
   uint8_t boot_id[LCT_BOOT_ID_BYTES];     /* this host's, read at the first device call */
   int boot_known;
   cudaStream_t sync_stream;               /* NULL: device calls synchronize the whole GPU */
+  cudaEvent_t sync_event;                 /* a running job's event, waited for instead */
 #endif
+  /* Background device jobs (lct_submit_device_many), under lct__jobs_mu. */
+  lct_job *jobs_head, *jobs_tail;
+  pthread_t jobs_thread;
+  int jobs_started, jobs_closing;
 };
 
 /* A reply: the nanomsg buffer and its unpacked header. */
@@ -241,9 +247,12 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   return 0;
 }
 
+static void lct__jobs_stop(lct_client *c);
+
 void lct_close(lct_client *c) {
   if (c == NULL)
     return;
+  lct__jobs_stop(c);
   nn_close(c->sock);
   free(c->hdr);
   free(c);
@@ -529,10 +538,12 @@ static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, i
   cudaError_t e = cudaGetDevice(&prev);
   if (e != cudaSuccess || (e = cudaSetDevice(b->device)) != cudaSuccess)
     return lct__cuda_fail(c, e, "selecting the buffer's device");
-  if (sync && (e = c->sync_stream != NULL ? cudaStreamSynchronize(c->sync_stream) : cudaDeviceSynchronize()) !=
-                  cudaSuccess) {
-    rc = lct__cuda_fail(c, e, c->sync_stream != NULL ? "synchronizing the device stream"
-                                                     : "synchronizing the buffer's device");
+  if (sync && (e = c->sync_event != NULL    ? cudaEventSynchronize(c->sync_event)
+                   : c->sync_stream != NULL ? cudaStreamSynchronize(c->sync_stream)
+                                            : cudaDeviceSynchronize()) != cudaSuccess) {
+    rc = lct__cuda_fail(c, e, c->sync_event != NULL    ? "waiting for the job's event"
+                              : c->sync_stream != NULL ? "synchronizing the device stream"
+                                                       : "synchronizing the buffer's device");
     cudaSetDevice(prev); /* best effort: the synchronization's error is the one to report */
     return rc;
   }
@@ -801,6 +812,158 @@ int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, siz
 
 int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
   return lct__many(c, 0, t, n, failed);
+}
+
+/* Background device jobs. One mutex and one condition serve every client's
+ * queue and every job's completion: jobs are few (an optimizer's handful per
+ * step), and a broadcast wakes whoever waits to recheck. */
+static pthread_mutex_t lct__jobs_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lct__jobs_cv = PTHREAD_COND_INITIALIZER;
+
+enum { LCT__JOB_QUEUED, LCT__JOB_RUNNING, LCT__JOB_DONE };
+
+struct lct_job {
+  int put;
+  const lct_device_tensor *t;
+  size_t n;
+  void *event;
+  lct_job *after;
+  lct_job *next; /* in the client's queue */
+  int state;
+  int refs; /* the caller's, and one per job waiting for this one */
+  int rc;
+  size_t failed;
+  char err[sizeof ((lct_client *)0)->err];
+};
+
+/* Drops a reference; under lct__jobs_mu. */
+static void lct__job_unref(lct_job *j) {
+  if (--j->refs == 0)
+    free(j);
+}
+
+/* Ends a job; under lct__jobs_mu. */
+static void lct__job_finish(lct_job *j, int rc, size_t failed, const char *err) {
+  j->rc = rc;
+  j->failed = failed;
+  snprintf(j->err, sizeof j->err, "%s", err);
+  j->state = LCT__JOB_DONE;
+  pthread_cond_broadcast(&lct__jobs_cv);
+}
+
+static void *lct__jobs_run(void *arg) {
+  lct_client *c = arg;
+  pthread_mutex_lock(&lct__jobs_mu);
+  for (;;) {
+    while (c->jobs_head == NULL && !c->jobs_closing)
+      pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
+    lct_job *j = c->jobs_head;
+    if (j == NULL)
+      break; /* closing, nothing left */
+    c->jobs_head = j->next;
+    if (c->jobs_head == NULL)
+      c->jobs_tail = NULL;
+    if (c->jobs_closing) {
+      if (j->after != NULL)
+        lct__job_unref(j->after);
+      lct__job_finish(j, LCT_ECANCELED, 0, "canceled: its client was closed");
+      continue;
+    }
+    j->state = LCT__JOB_RUNNING;
+    int after_rc = 0;
+    if (j->after != NULL) {
+      while (j->after->state != LCT__JOB_DONE)
+        pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
+      after_rc = j->after->rc;
+      lct__job_unref(j->after);
+      j->after = NULL;
+    }
+    if (after_rc != 0) {
+      lct__job_finish(j, LCT_ECANCELED, 0, "canceled: the job it waited for failed");
+      continue;
+    }
+    pthread_mutex_unlock(&lct__jobs_mu);
+    size_t failed = 0;
+#ifdef LCT_CLIENT_CUDA
+    c->sync_event = (cudaEvent_t)j->event;
+#endif
+    int rc = lct__many(c, j->put, j->t, j->n, &failed);
+#ifdef LCT_CLIENT_CUDA
+    c->sync_event = NULL;
+#endif
+    pthread_mutex_lock(&lct__jobs_mu);
+    lct__job_finish(j, rc, failed, rc != 0 ? c->err : "");
+  }
+  pthread_mutex_unlock(&lct__jobs_mu);
+  return NULL;
+}
+
+int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event,
+                           lct_job *after, lct_job **job) {
+  if (job == NULL || (t == NULL && n > 0))
+    return lct__fail(c, LCT_EINVAL, "no job handle or no items");
+  *job = NULL;
+  lct_job *j = calloc(1, sizeof *j);
+  if (j == NULL)
+    return lct__fail(c, LCT_ENOMEM, "out of memory for a job");
+  *j = (lct_job){.put = put != 0, .t = t, .n = n, .event = event, .after = after, .refs = 1};
+  pthread_mutex_lock(&lct__jobs_mu);
+  if (!c->jobs_started) {
+    if (pthread_create(&c->jobs_thread, NULL, lct__jobs_run, c) != 0) {
+      pthread_mutex_unlock(&lct__jobs_mu);
+      free(j);
+      return lct__fail(c, LCT_ENOMEM, "cannot start the job thread");
+    }
+    c->jobs_started = 1;
+  }
+  if (after != NULL)
+    after->refs++;
+  if (c->jobs_tail != NULL)
+    c->jobs_tail->next = j;
+  else
+    c->jobs_head = j;
+  c->jobs_tail = j;
+  pthread_cond_broadcast(&lct__jobs_cv);
+  pthread_mutex_unlock(&lct__jobs_mu);
+  *job = j;
+  return 0;
+}
+
+int lct_job_wait(lct_job *job, size_t *failed) {
+  pthread_mutex_lock(&lct__jobs_mu);
+  while (job->state != LCT__JOB_DONE)
+    pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
+  pthread_mutex_unlock(&lct__jobs_mu);
+  if (failed != NULL)
+    *failed = job->failed;
+  return job->rc;
+}
+
+const char *lct_job_error(const lct_job *job) {
+  pthread_mutex_lock(&lct__jobs_mu);
+  const char *err = job->state == LCT__JOB_DONE ? job->err : "";
+  pthread_mutex_unlock(&lct__jobs_mu);
+  return err;
+}
+
+void lct_job_free(lct_job *job) {
+  if (job == NULL)
+    return;
+  lct_job_wait(job, NULL);
+  pthread_mutex_lock(&lct__jobs_mu);
+  lct__job_unref(job);
+  pthread_mutex_unlock(&lct__jobs_mu);
+}
+
+/* Lets the running job finish, cancels the queued ones, joins the thread. */
+static void lct__jobs_stop(lct_client *c) {
+  pthread_mutex_lock(&lct__jobs_mu);
+  int started = c->jobs_started;
+  c->jobs_closing = 1;
+  pthread_cond_broadcast(&lct__jobs_cv);
+  pthread_mutex_unlock(&lct__jobs_mu);
+  if (started)
+    pthread_join(c->jobs_thread, NULL);
 }
 
 int lct_set_device_stream(lct_client *c, void *stream) {

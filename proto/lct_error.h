@@ -33,7 +33,8 @@ extern "C" {
   XX(EIO, 21, "I/O error")                                                    \
   XX(ECONFIG, 22, "invalid configuration")                                    \
   XX(ESTALE, 23, "tensor changed during a ranged read")                       \
-  XX(ENOIPC, 24, "no device-to-device path to this server")
+  XX(ENOIPC, 24, "no device-to-device path to this server")                   \
+  XX(ECANCELED, 25, "canceled: the job it waited for failed, or its client closed")
 
 typedef enum {
 #define LCT__ERR_ENUM(name, code, msg) LCT_##name = -(code),

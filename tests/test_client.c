@@ -928,3 +928,103 @@ Test(client, device_many_requests_checked, .init = start_default, .fini = stop) 
   nn_close(r.sock);
   lct_close(c);
 }
+
+/* ---- background device jobs ------------------------------------------------- */
+
+/* n zero-byte f32 items "<prefix><i>": they take the host path without a GPU,
+ * so a job's whole course (queue, requests, completion) runs on any machine. */
+typedef struct empty_items {
+  char keys[8][24];
+  lct_tensor_info infos[8];
+  lct_device_tensor t[8];
+} empty_items;
+
+static const uint64_t empty_shape[1] = {0};
+
+static void empty_items_init(empty_items *e, const char *prefix, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    snprintf(e->keys[i], sizeof e->keys[i], "%s%zu", prefix, i);
+    e->t[i] = (lct_device_tensor){e->keys[i], LCT_DTYPE_F32, empty_shape, 1, NULL, 0, &e->infos[i]};
+  }
+}
+
+Test(client, jobs_run_in_order, .init = start_default, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  empty_items put, get;
+  empty_items_init(&put, "job/", 3);
+  empty_items_init(&get, "job/", 3);
+  lct_job *p, *g;
+  cr_assert_eq(lct_submit_device_many(c, 1, put.t, 3, NULL, NULL, &p), 0, "%s", lct_last_error(c));
+  cr_assert_eq(lct_submit_device_many(c, 0, get.t, 3, NULL, NULL, &g), 0, "%s", lct_last_error(c));
+  size_t failed = 0;
+  int rc = lct_job_wait(g, &failed); /* the get ran after the put: the keys exist */
+  cr_assert_eq(rc, 0, "get job: %s: %s", lct_strerror(rc), lct_job_error(g));
+  cr_assert_eq(failed, 3);
+  cr_assert_eq(lct_job_wait(p, NULL), 0, "%s", lct_job_error(p));
+  for (size_t i = 0; i < 3; i++) {
+    cr_assert_eq(get.infos[i].dtype, LCT_DTYPE_F32, "%s", get.keys[i]);
+    cr_assert_eq(get.infos[i].version, put.infos[i].version, "%s", get.keys[i]);
+  }
+  lct_job_free(p);
+  lct_job_free(g);
+  lct_tensor_info info; /* the client serves plain calls again */
+  cr_assert_eq(lct_stat(c, "job/2", &info), 0, "%s", lct_last_error(c));
+  lct_close(c);
+}
+
+Test(client, failed_job_cancels_its_dependents, .init = start_default, .fini = stop) {
+  lct_client *fetch = test_connect(daemon_.ipc), *store = test_connect(daemon_.ipc);
+  empty_items missing, put;
+  empty_items_init(&missing, "absent/", 1);
+  empty_items_init(&put, "after/", 2);
+  lct_job *a, *b;
+  cr_assert_eq(lct_submit_device_many(fetch, 0, missing.t, 1, NULL, NULL, &a), 0);
+  cr_assert_eq(lct_submit_device_many(store, 1, put.t, 2, NULL, a, &b), 0);
+  lct_job_free(a); /* b still holds it until it has looked */
+  size_t failed = 99;
+  cr_assert_eq(lct_job_wait(b, &failed), LCT_ECANCELED, "%s", lct_job_error(b));
+  cr_assert_eq(failed, 0);
+  cr_assert(strstr(lct_job_error(b), "waited for failed") != NULL, "%s", lct_job_error(b));
+  lct_tensor_info info;
+  cr_assert_eq(lct_stat(store, "after/0", &info), LCT_ENOENT, "a canceled job sends nothing");
+  lct_job_free(b);
+
+  lct_job *c;
+  cr_assert_eq(lct_submit_device_many(fetch, 0, missing.t, 1, NULL, NULL, &c), 0);
+  cr_assert_eq(lct_job_wait(c, NULL), LCT_ENOENT);
+  cr_assert(*lct_job_error(c) != '\0', "the job keeps its error text");
+  lct_job_free(c);
+  lct_close(fetch);
+  lct_close(store);
+}
+
+Test(client, close_cancels_queued_jobs, .init = start_default, .fini = stop) {
+  lct_client *slow = test_connect(daemon_.ipc), *c = test_connect(daemon_.ipc);
+  /* A job of hundreds of one-by-one puts keeps c's first job waiting while c closes. */
+  enum { N = 400 };
+  static char keys[N][16];
+  static lct_device_tensor many[N];
+  for (size_t i = 0; i < N; i++) {
+    snprintf(keys[i], sizeof keys[i], "slow/%zu", i);
+    many[i] = (lct_device_tensor){keys[i], LCT_DTYPE_F32, empty_shape, 1, NULL, 0, NULL};
+  }
+  empty_items first, later;
+  empty_items_init(&first, "first/", 1);
+  empty_items_init(&later, "later/", 2);
+  lct_job *x, *j1, *j2, *j3;
+  cr_assert_eq(lct_submit_device_many(slow, 1, many, N, NULL, NULL, &x), 0);
+  cr_assert_eq(lct_submit_device_many(c, 1, first.t, 1, NULL, x, &j1), 0);
+  cr_assert_eq(lct_submit_device_many(c, 1, later.t, 1, NULL, NULL, &j2), 0);
+  cr_assert_eq(lct_submit_device_many(c, 1, later.t + 1, 1, NULL, NULL, &j3), 0);
+  lct_close(c); /* j1 may be running (it finishes), j2 and j3 wait behind it */
+  int rc1 = lct_job_wait(j1, NULL);
+  cr_assert(rc1 == 0 || rc1 == LCT_ECANCELED, "%s", lct_strerror(rc1));
+  cr_assert_eq(lct_job_wait(j2, NULL), LCT_ECANCELED, "%s", lct_job_error(j2));
+  cr_assert_eq(lct_job_wait(j3, NULL), LCT_ECANCELED);
+  cr_assert_eq(lct_job_wait(x, NULL), 0, "%s", lct_job_error(x));
+  lct_tensor_info info;
+  cr_assert_eq(lct_stat(slow, "later/0", &info), LCT_ENOENT);
+  cr_assert_eq(lct_stat(slow, "slow/399", &info), 0);
+  lct_job_free(x), lct_job_free(j1), lct_job_free(j2), lct_job_free(j3);
+  lct_close(slow);
+}

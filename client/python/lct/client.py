@@ -322,6 +322,7 @@ class Client:
         lib = _native.lib()
         self._lock = threading.Lock()
         self._c = None
+        self._jobs = []  # Batch.submit's jobs not yet waited for: liblct serves no other call meanwhile
         self.endpoint = endpoint
         self._options = dict(endpoint=endpoint, auth_token_file=auth_token_file, timeout_ms=timeout_ms,
                              connect_timeout_ms=connect_timeout_ms, frame_bytes=frame_bytes)
@@ -369,9 +370,17 @@ class Client:
         with self._lock:
             if self._c is None:
                 raise ValueError("client is closed")
+            self._settle_jobs()
             rc = fn(self._c, *args)
             if rc < 0:
                 raise _error(rc, _native.lib().lct_last_error(self._c))
+
+    def _settle_jobs(self):
+        # Under the lock: the client's jobs finish before it takes another call.
+        lib = _native.lib()
+        for job in self._jobs:
+            lib.lct_job_wait(job._handle, None)
+        self._jobs.clear()
 
     def _call_device(self, host, value, writable, host_fn, device_fn, args):
         """Calls device_fn when host (_host(value, writable)) is a CUDA
@@ -622,9 +631,7 @@ class Batch:
             client._call(many, self._arr, len(batch), ctypes.byref(failed))
         except LctError as e:
             if e.code != error_code("LCT_ENODEV"):
-                if failed.value < len(batch):
-                    e.detail = f"{_key_str(batch[failed.value][1])}: {e.detail}"
-                raise
+                raise self._at_fault(e, failed.value)
             _device_path = False  # this liblct was built without CUDA: one by one through host memory
             for i, _, _, _ in batch:
                 key, value = self.items[i]
@@ -634,9 +641,57 @@ class Batch:
                     client.get(key, out=value)
             self._pack()
             return
-        if put:
-            return
-        fitted, cinfo = self._fitted, self._cinfo
+        first_error = self._received()
+        if first_error is not None:
+            raise first_error
+
+    @property
+    def submittable(self):
+        """Whether submit() takes this batch: contiguous CUDA tensors on the device path."""
+        return not (self._single or self._repack or self._staged_on is not None or not self._device_path)
+
+    def submit(self, event=None, after=None):
+        """send() on the client's job thread (lct_submit_device_many): returns
+        its Job at once, whose wait() ends it as send() would. The thread
+        first waits for after (a Job of any client's batch, or None; if it
+        failed, this one fails with LCT_ECANCELED and sends nothing), then for
+        event (a recorded torch.cuda.Event, or its cudaEvent_t) instead of
+        synchronizing the GPU: record it after the work that writes the
+        values (put) or last uses them (get). Takes batches of contiguous
+        CUDA tensors on the device path only. Until the job is waited for,
+        the batch must not be sent, retargeted or released, and the client's
+        other calls wait for it."""
+        if self._released:
+            raise ValueError("the batch was released: retarget() gives it values again")
+        if not self.submittable:
+            raise ValueError("submit() takes a batch of contiguous CUDA tensors on the device path")
+        lib = _native.lib()
+        handle = ctypes.c_void_p()
+        ev = getattr(event, "cuda_event", event)
+        client = self.client
+        with client._lock:
+            if client._c is None:
+                raise ValueError("client is closed")
+            rc = lib.lct_submit_device_many(client._c, int(self.put), self._arr, len(self._batch), ev,
+                                            after._handle if after is not None else None, ctypes.byref(handle))
+            if rc < 0:
+                raise _error(rc, lib.lct_last_error(client._c))
+            job = Job(self, handle, (event, after))
+            client._jobs.append(job)
+        return job
+
+    def _at_fault(self, e, failed):
+        """e with the key of the item at fault, when liblct named one."""
+        if failed < len(self._batch):
+            e.detail = f"{_key_str(self._batch[failed][1])}: {e.detail}"
+        return e
+
+    def _received(self):
+        """After a get: fills the staged outs and returns the LctError of the
+        first out that does not fit what was read into it, or None."""
+        if self.put:
+            return None
+        batch, fitted, cinfo = self._batch, self._fitted, self._cinfo
         first_error = None  # every staged out is filled before a mismatch is raised
         for j, (_, k, host, _) in enumerate(batch):
             if host.staged:
@@ -647,8 +702,7 @@ class Batch:
                 error = _out_mismatch(k, info, host)
                 fitted[j] = got if error is None else None
                 first_error = first_error or error
-        if first_error is not None:
-            raise first_error
+        return first_error
 
     def retarget(self, values):
         """Takes new values for the batch's keys, in order. Where each CUDA
@@ -691,6 +745,49 @@ class Batch:
         for j, (i, k, _, _) in enumerate(self._batch):
             self._infos[i] = _tensor_info(_key_str(k), self._cinfo[j])
         return list(self._infos)
+
+
+class Job:
+    """A Batch's requests on its client's job thread (Batch.submit)."""
+
+    def __init__(self, batch, handle, keep):
+        self.batch = batch
+        self._handle = handle
+        self._keep = keep  # the event and the job waited for, alive until this one ends
+        self._done = False
+        self._error = None
+        self._lock = threading.Lock()
+
+    def wait(self):
+        """Waits for the job and ends it as Batch.send() would: raises what
+        failed (again at each later call) and, for a get, checks the outs.
+        Any thread may wait."""
+        with self._lock:
+            self._end()
+        if self._error is not None:
+            raise self._error
+
+    def _end(self):
+        if not self._done:
+            lib = _native.lib()
+            failed = ctypes.c_size_t()
+            rc = lib.lct_job_wait(self._handle, ctypes.byref(failed))
+            if rc < 0:
+                self._error = self.batch._at_fault(_error(rc, lib.lct_job_error(self._handle)), failed.value)
+            else:
+                self._error = self.batch._received()
+            client = self.batch.client
+            with client._lock:
+                if self in client._jobs:
+                    client._jobs.remove(self)
+                lib.lct_job_free(self._handle)
+                self._handle = None
+            self._keep = None
+            self._done = True
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            _native.lib().lct_job_free(self._handle)  # waits for it: the batch's buffers may be in use
 
 
 def _layout(t):

@@ -1,6 +1,6 @@
 """optim.py — OffloadedAdamW: AdamW whose moments live in lctd between steps, updated through a bounded scratch buffer."""
 import functools
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -32,14 +32,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
     PyTorch's single-tensor AdamW (so parameters and moments are bitwise
     identical to torch.optim.AdamW's), puts the moments back and moves on.
     The four parts rotate so that the requests overlap the updates: while a
-    group updates, a fetcher thread gets the next groups' moments and a
-    storer thread puts the previous groups' back, each synchronizing a CUDA
-    stream of its own (Client.put_many's stream), so the trainer's stream
-    never waits for lctd. A group's moments travel in one request each way
-    (Client.get_many, put_many: for CUDA parameters lctd decodes into and
-    encodes from the scratch in one GPU pass); the fetcher uses client, the
-    storer a second connection (client.clone()); both threads live as long
-    as the optimizer. The first groups are small and grow (the pipeline fills
+    group updates, the next groups' moments are fetched and the previous
+    groups' put back, in the background. A group's moments travel in one
+    request each way (for CUDA parameters lctd decodes into and encodes from
+    the scratch in one GPU pass): for CUDA tensors a job on liblct's own
+    threads (lct.Batch.submit) that waits for a CUDA event of the trainer's
+    stream and for the job that frees its part, so that neither the
+    trainer's thread nor its stream waits for lctd; for other values two
+    mover threads of this optimizer. Fetches use client, stores a second
+    connection (client.clone()). The first groups are small and grow (the pipeline fills
     quickly); step() returns once the last group is updated, its moments on
     their way back while the trainer goes on. The next step(), state_dict(),
     load_state_dict() and flush() wait for them (and raise what failed storing
@@ -205,116 +206,145 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     def _pipeline(self, groups):
         """Updates the groups in order, group i in part i % _PARTS of its
-        device's scratch, while two mover threads carry the requests: the
-        fetcher gets the states of the groups ahead (group i + _PARTS once
-        group i is stored), the storer puts each group's back once updated.
-        Each mover has its own connection and synchronizes its own CUDA
-        stream, which waits for what the part held before (the scratch's
-        previous use, ready; a group's update, done), so the trainer's stream
-        never stops for lctd."""
+        device's scratch, while the requests run in the background: group
+        i's fetch once the part is free (the scratch just taken, or group
+        i - _PARTS stored), its store once its update is done. For CUDA
+        tensors they are jobs on liblct's threads (Batch.submit: client for
+        fetches, a second connection for stores), which wait on CUDA events
+        and on each other, so neither the trainer's thread nor its stream
+        waits for lctd beyond the fetch it needs next; other values go
+        through this optimizer's two mover threads the same way."""
         part, plans, scratch = self._part(), [], {}
+        if self._store_client is None:
+            self._store_client = self.client.clone()
+        fetched, stored, updated = [], [], []  # jobs, and the CUDA events after each group's update
 
         def planned(i):
             # Planned just before its fetch: the first fetch waits for one plan only.
             device = groups[i].device
             if device not in scratch:
                 buf = torch.empty(_PARTS * part, dtype=torch.uint8, device=device)
-                streams = (None, None)
+                ready = None
                 if device.type == "cuda":
-                    streams = torch.cuda.Stream(device), torch.cuda.Stream(device)
                     # The allocator hands out memory whose last use is queued on the current stream.
-                    streams[0].wait_stream(torch.cuda.current_stream(device))
-                scratch[device] = buf, streams
-            buf, streams = scratch[device]
-            plans.append(self._plan(groups[i], buf[i % _PARTS * part:][:part], *streams))
-            return i
-
-        if self._store_client is None:
-            self._store_client = self.client.clone()
-        if self._movers is None:
-            self._movers = (ThreadPoolExecutor(1, thread_name_prefix="lct-fetch"),
-                            ThreadPoolExecutor(1, thread_name_prefix="lct-store"))
-        fetcher, storer = self._movers
-        stored = []
-
-        def send(batches, i, client, keys, values, stream, put):
-            # The same group as last step: its requests are packed already.
-            known = batches.get(i)
-            if known is not None and known[0] == keys:
-                b = known[1]
-                b.retarget(values)
-            else:
-                b = Batch(client, zip(keys, values), put)
-                batches[i] = keys, b
-            b.send(stream)
-
-        def release(batches):
-            for i in [i for i in batches if i >= len(groups)]:
-                del batches[i]
-            for _, b in batches.values():
-                b.release()
+                    ready = torch.cuda.Event()
+                    ready.record(torch.cuda.current_stream(device))
+                scratch[device] = buf, ready
+            buf, ready = scratch[device]
+            plans.append(self._plan(groups[i], buf[i % _PARTS * part:][:part], ready))
+            return plans[-1]
 
         def fetch(i):
-            plan = plans[i]
-            if i >= _PARTS:
-                stored[i - _PARTS].result()  # the part is free once its last group is stored
-            if plan.fetch_keys:
-                send(self._fetches, i, self.client, plan.fetch_keys, plan.fetch, plan.fetch_stream, put=False)
+            # The part is free once its last group is stored, which followed
+            # that group's update (its event, waited for already): else once
+            # the allocator's last use of the scratch is done.
+            plan = planned(i)
+            after = stored[i - _PARTS] if i >= _PARTS else None
+            event = updated[i - _PARTS] if i >= _PARTS else plan.ready
+            if not plan.fetch_keys:
+                return after
+            b = self._batch(self._fetches, i, self.client, plan.fetch_keys, plan.fetch, put=False)
+            return self._start(b, event, after)
 
-        def store(i, done):
+        def store(i):
             plan = plans[i]
-            if done is not None:
-                plan.store_stream.wait_event(done)
+            event = None
+            if plan.layout.device.type == "cuda":
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(plan.layout.device))
+            updated.append(event)
+            job = None
             if plan.coded:
-                send(self._stores, i, self._store_client, plan.layout.coded_keys, plan.coded, plan.store_stream,
-                     put=True)
-            for key, t in zip(plan.layout.raw_keys, plan.raw):
-                self._store_client.put(key, t, dtype="raw")
+                b = self._batch(self._stores, i, self._store_client, plan.layout.coded_keys, plan.coded, put=True)
+                job = self._start(b, event, None)
+            if plan.raw:
+                items = list(zip(plan.layout.raw_keys, plan.raw))
+                job = _ThreadJob(self._mover(True), self._put_raw, items, event, job)
+            return job
 
         def finish(error):
-            # Ends a step: lets go of the store requests' values and of the
-            # scratch, which goes back to the allocator unless a request cut
-            # off may still be writing into it.
-            release(self._stores)
+            # Ends a step: lets go of the requests' values and of the scratch,
+            # which goes back to the allocator unless a request cut off may
+            # still be writing into it.
+            for batches in (self._fetches, self._stores):
+                for i in [i for i in batches if i >= len(groups)]:
+                    del batches[i]
+                for _, b in batches.values():
+                    b.release()
             if isinstance(error, LctError) and error.code in _LOST:
                 self._quarantined += [buf for buf, _ in scratch.values()]
             plans.clear()
             scratch.clear()
 
         def finish_last():
-            error = stored[-1].exception()
-            finish(error)
-            if error is not None:
-                raise error
+            error = None
+            try:
+                if stored[-1] is not None:
+                    stored[-1].wait()
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                finish(error)
 
-        fetched = []
         try:
-            fetched += [fetcher.submit(fetch, planned(i)) for i in range(min(_PARTS, len(groups)))]
+            for i in range(min(_PARTS, len(groups))):
+                fetched.append(fetch(i))
             for i in range(len(groups)):
-                fetched[i].result()  # raises a failed fetch, or a failed store of this part
-                plan = plans[i]
-                self._update(plan)
-                done = None
-                if plan.store_stream is not None:
-                    done = torch.cuda.Event()
-                    done.record(torch.cuda.current_stream(plan.store_stream.device))
-                stored.append(storer.submit(store, i, done))
+                if fetched[i] is not None:
+                    fetched[i].wait()  # raises a failed fetch, or a failed store of this part
+                self._update(plans[i])
+                stored.append(store(i))
                 if i + _PARTS < len(groups):
-                    fetched.append(fetcher.submit(fetch, planned(i + _PARTS)))
-            for f in stored[:-1]:
-                f.result()
+                    fetched.append(fetch(i + _PARTS))
+            for job in stored[:-1]:
+                if job is not None:
+                    job.wait()
         except BaseException as e:
             # Nothing may touch the scratch once it returns to the allocator.
-            for f in fetched + stored:
-                f.cancel()
-            wait(fetched + stored)
+            for job in fetched + stored:
+                try:
+                    if job is not None:
+                        job.wait()
+                except BaseException:  # noqa: BLE001 - the first error is the one raised
+                    pass
             finish(e)
             raise
-        finally:
-            release(self._fetches)  # every fetch is done
-        # The last group's states go back while the trainer goes on; the
-        # storer then lets go of the scratch, and the next step waits for it.
-        self._pending = storer.submit(finish_last)
+        # The last group's states go back while the trainer goes on; a mover
+        # thread then lets go of the scratch, and the next step waits for it.
+        self._pending = self._mover(True).submit(finish_last)
+
+    def _batch(self, batches, i, client, keys, values, put):
+        """Group i's requests, packed at its first step and retargeted after."""
+        known = batches.get(i)
+        if known is not None and known[0] == keys:
+            known[1].retarget(values)
+            return known[1]
+        b = Batch(client, zip(keys, values), put)
+        batches[i] = keys, b
+        return b
+
+    def _start(self, batch, event, after):
+        """A request in the background: a job on liblct's thread for a batch
+        of CUDA tensors, else on a mover thread (which syncs the event)."""
+        if batch.submittable and not isinstance(after, _ThreadJob):
+            return batch.submit(event, after)
+        return _ThreadJob(self._mover(batch.put), _send_batch, batch, event, after)
+
+    def _mover(self, put):
+        """The storer (put) or fetcher thread, started at its first use."""
+        if self._movers is None:
+            self._movers = (ThreadPoolExecutor(1, thread_name_prefix="lct-fetch"),
+                            ThreadPoolExecutor(1, thread_name_prefix="lct-store"))
+        return self._movers[bool(put)]
+
+    def _put_raw(self, items, event, after):
+        if after is not None:
+            after.wait()
+        if event is not None:
+            event.synchronize()
+        for key, t in items:
+            self._store_client.put(key, t, dtype="raw")
 
     def flush(self):
         """Waits until the states of the last step are back in lctd (step()
@@ -343,11 +373,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
             tuple(layout.fetch_keys), tuple(layout.coded_keys), tuple(layout.raw_keys))
         return layout
 
-    def _plan(self, layout, buf, fetch_stream, store_stream):
+    def _plan(self, layout, buf, ready):
         """A group's states in its part of the scratch (buf), as views, and
         the values of its requests."""
         typed = {}
-        plan = _Plan(layout, fetch_stream, store_stream)
+        plan = _Plan(layout, ready)
         fresh_any = False
         for group, p, size, strides, at, dtype, keys in layout.entries:
             if dtype not in typed:
@@ -447,12 +477,35 @@ class _Layout:
 
 class _Plan:
     """One group's step: its states' views in the scratch, the values its
-    requests fetch and store, and the streams the movers synchronize."""
+    requests fetch and store, and the CUDA event after which the scratch is
+    free (None on the CPU)."""
 
-    def __init__(self, layout, fetch_stream, store_stream):
-        self.layout, self.fetch_stream, self.store_stream = layout, fetch_stream, store_stream
+    def __init__(self, layout, ready):
+        self.layout, self.ready = layout, ready
         self.fetch_keys = layout.fetch_keys
         self.fetch, self.coded, self.raw, self.work = [], [], [], []
+
+
+class _ThreadJob:
+    """A request on a mover thread, waited for like a Job: fn(*args, event,
+    after) runs after the job `after` (if any) succeeded."""
+
+    def __init__(self, executor, fn, *args):
+        self._future = executor.submit(fn, *args)
+
+    def wait(self):
+        self._future.result()
+
+
+def _send_batch(batch, event, after):
+    if after is not None:
+        try:
+            after.wait()
+        except LctError as e:
+            raise LctError(error_code("LCT_ECANCELED"), f"the job it waited for failed: {e}") from e
+    if event is not None:
+        event.synchronize()
+    batch.send()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -288,6 +288,9 @@ class TestNumpy(LctdTestCase):
         batch.retarget(second)
         batch.send()
         self.assertEqual(self.client.get(keys[0]).tobytes(), second[0].tobytes())
+        self.assertFalse(batch.submittable, "host values take send() only")
+        with self.assertRaises(ValueError):
+            batch.submit()
         batch.release()
         with self.assertRaises(ValueError):
             batch.send()

@@ -119,6 +119,42 @@ class TestDeviceToDevice(_DeviceCase):
             get.send()
         self.assertIn(keys[0], str(cm.exception))
 
+    def test_submitted_jobs_wait_for_events_and_each_other(self):
+        # A put job waits for the event after the writes on another stream; a
+        # get job on another connection waits for the put job; a failed job
+        # cancels the one that waits for it.
+        keys = [f"{self.id()}/{i}" for i in range(3)]
+        buf = torch.zeros(3 << 16, device="cuda")
+        src = list(buf.view(3, -1).unbind(0))
+        writer = torch.cuda.Stream()
+        with torch.cuda.stream(writer):
+            torch.cuda._sleep(50_000_000)  # the writes land well after the submit
+            for i, v in enumerate(src):
+                v.copy_(torch.arange(v.numel(), device="cuda", dtype=torch.float32) * (i + 1))
+        written = torch.cuda.Event()
+        written.record(writer)
+        put = lct.Batch(self.client, zip(keys, src), put=True)
+        self.assertTrue(put.submittable)
+        other = self.client.clone()
+        self.addCleanup(other.close)
+        outs = list(torch.full((3, 1 << 16), float("nan"), device="cuda").unbind(0))
+        get = lct.Batch(other, zip(keys, outs), put=False)
+        put_job = put.submit(written)
+        get_job = get.submit(after=put_job)
+        get_job.wait()
+        put_job.wait()
+        for v, o in zip(src, outs):
+            self.assertTrue(torch.equal(o, v), "the get read what the event's writes put")
+        self.assertEqual(self.client.stat(keys[2]).checksum, put.infos()[2].checksum)
+        missing = lct.Batch(other, [(f"{self.id()}/absent", outs[0])], put=False)
+        failed = missing.submit()
+        again = put.submit(after=failed)
+        with self.assertRaises(lct.NotFoundError):
+            failed.wait()
+        with self.assertRaises(lct.LctError) as cm:
+            again.wait()
+        self.assertEqual(cm.exception.name, "LCT_ECANCELED")
+
     def test_optimizer_moves_states_device_to_device(self):
         from test_optim import HYPER, backward, make_model
         ref_model = make_model("cuda", torch.float32)

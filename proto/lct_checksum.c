@@ -58,6 +58,21 @@ __attribute__((target("sse4.2"))) static uint32_t lct__crc_sse42_3way(uint32_t c
 }
 #endif
 
+/* a * b modulo the polynomial, both in reflected form (bit 31 is x^0). */
+static uint32_t lct__gf2_mul(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if (a & m)
+      p ^= b;
+    b = (b & 1) ? (b >> 1) ^ LCT__CRC32C_POLY : b >> 1;
+  }
+  return p;
+}
+
+/* x^(8 * 2^k) modulo the polynomial, reflected: joining a piece of n bytes
+ * multiplies by the powers of n's set bits. */
+static uint32_t lct__byte_shift[64];
+
 static void lct__crc_init(void) {
   for (uint32_t i = 0; i < 256; i++) {
     uint32_t c = i;
@@ -69,6 +84,11 @@ static void lct__crc_init(void) {
     for (int t = 1; t < 8; t++)
       lct__crc_table[t][i] =
           (lct__crc_table[t - 1][i] >> 8) ^ lct__crc_table[0][lct__crc_table[t - 1][i] & 0xff];
+  uint32_t power = 1u << 23; /* x^8 */
+  for (int k = 0; k < 64; k++) {
+    lct__byte_shift[k] = power;
+    power = lct__gf2_mul(power, power);
+  }
 #ifdef LCT__CRC_X86
   __builtin_cpu_init();
   lct__crc_hw = __builtin_cpu_supports("sse4.2");
@@ -108,32 +128,19 @@ uint32_t lct_crc32c(uint32_t crc, const void *bytes, size_t n) {
   return ~lct__crc_sw(c, bytes, n);
 }
 
-/* a * b modulo the polynomial, both in reflected form (bit 31 is x^0). */
-static uint32_t lct__gf2_mul(uint32_t a, uint32_t b) {
-  uint32_t p = 0;
-  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
-    if (a & m)
-      p ^= b;
-    b = (b & 1) ? (b >> 1) ^ LCT__CRC32C_POLY : b >> 1;
-  }
-  return p;
-}
-
 /* CRC(A||B) = CRC(A) * x^(8 len_b) + CRC(B) modulo the polynomial: the
  * initial and final inversions of the two pieces cancel in the sum. Callers
  * join many pieces of one length (a tensor's segments), so each thread keeps
- * the last x^(8 len_b): one multiplication instead of some forty. */
+ * the last x^(8 len_b); another length takes one multiplication per set bit
+ * of len_b (one for a power-of-two segment size). */
 uint32_t lct_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   static _Thread_local uint64_t last_len = 0;
   static _Thread_local uint32_t last_shift = 1u << 31; /* x^0 for length 0 */
   if (len_b != last_len) {
-    uint32_t power = 1u << 23; /* x^8: one byte; squared for each next bit of len_b */
+    pthread_once(&lct__crc_once, lct__crc_init);
     uint32_t shift = 1u << 31; /* x^0 */
-    for (uint64_t bytes = len_b; bytes != 0; bytes >>= 1) {
-      if (bytes & 1)
-        shift = lct__gf2_mul(shift, power);
-      power = lct__gf2_mul(power, power);
-    }
+    for (uint64_t bytes = len_b; bytes != 0; bytes &= bytes - 1)
+      shift = lct__gf2_mul(shift, lct__byte_shift[__builtin_ctzll(bytes)]);
     last_len = len_b;
     last_shift = shift;
   }

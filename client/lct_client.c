@@ -863,23 +863,19 @@ static void *lct__jobs_run(void *arg) {
     c->jobs_head = j->next;
     if (c->jobs_head == NULL)
       c->jobs_tail = NULL;
-    if (c->jobs_closing) {
-      if (j->after != NULL)
-        lct__job_unref(j->after);
-      lct__job_finish(j, LCT_ECANCELED, 0, "canceled: its client was closed");
-      continue;
-    }
     j->state = LCT__JOB_RUNNING;
-    int after_rc = 0;
+    /* A closing client does not wait for another client's job. */
+    while (j->after != NULL && j->after->state != LCT__JOB_DONE && !c->jobs_closing)
+      pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
+    const char *cancel = c->jobs_closing                        ? "canceled: its client was closed"
+                         : j->after != NULL && j->after->rc != 0 ? "canceled: the job it waited for failed"
+                                                                 : NULL;
     if (j->after != NULL) {
-      while (j->after->state != LCT__JOB_DONE)
-        pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
-      after_rc = j->after->rc;
       lct__job_unref(j->after);
       j->after = NULL;
     }
-    if (after_rc != 0) {
-      lct__job_finish(j, LCT_ECANCELED, 0, "canceled: the job it waited for failed");
+    if (cancel != NULL) {
+      lct__job_finish(j, LCT_ECANCELED, j->n, cancel);
       continue;
     }
     pthread_mutex_unlock(&lct__jobs_mu);
@@ -898,21 +894,22 @@ static void *lct__jobs_run(void *arg) {
   return NULL;
 }
 
+/* Its errors leave lct_last_error alone: the job thread may be writing it. */
 int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event,
                            lct_job *after, lct_job **job) {
   if (job == NULL || (t == NULL && n > 0))
-    return lct__fail(c, LCT_EINVAL, "no job handle or no items");
+    return LCT_EINVAL;
   *job = NULL;
   lct_job *j = calloc(1, sizeof *j);
   if (j == NULL)
-    return lct__fail(c, LCT_ENOMEM, "out of memory for a job");
+    return LCT_ENOMEM;
   *j = (lct_job){.put = put != 0, .t = t, .n = n, .event = event, .after = after, .refs = 1};
   pthread_mutex_lock(&lct__jobs_mu);
   if (!c->jobs_started) {
     if (pthread_create(&c->jobs_thread, NULL, lct__jobs_run, c) != 0) {
       pthread_mutex_unlock(&lct__jobs_mu);
       free(j);
-      return lct__fail(c, LCT_ENOMEM, "cannot start the job thread");
+      return LCT_ENOMEM;
     }
     c->jobs_started = 1;
   }

@@ -298,6 +298,9 @@ template <int DT>
 __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const int16_t *tab, const uint32_t *ring) {
   constexpr unsigned S = lct__dt<DT>::S;
   constexpr uint32_t SMASK = (1u << S) - 1;
+  static_assert(2 * LCT_MAX_CODE_LEN <= 32, "a window holds the two codes of a pair");
+  static_assert(LCT_MAX_CODE_LEN + S <= 32, "a window holds an ESC code and its raw symbol");
+  static_assert(LCT_MAX_CODE_LEN < 16 && S <= 11, "an entry's length and symbol fields");
   const int32_t ent = tab[r.win & (LCT__TABLE_ENTRIES - 1)];
   if (__builtin_expect(ent >= 0, 1)) {
     const uint32_t l = (uint32_t)ent >> 11;

@@ -7,7 +7,8 @@
 
 put_many / get_many move many tensors per request (CUDA tensors of one
 allocation in one GPU pass); lct.Batch packs such a set once for repeated
-sends, and its submit() runs one on the client's job thread (an lct.Job). Errors raise lct.LctError (code, name, message, detail); a missing key raises
+sends, and its submit() runs one on the client's job thread (an lct.Job).
+Errors raise lct.LctError (code, name, message, detail); a missing key raises
 lct.NotFoundError, which is also a KeyError. lct.LCT_ENOENT and the other
 LCT_E* names give the codes. lct.optim (imported on first use; needs torch)
 holds OffloadedAdamW. numpy and torch are optional.

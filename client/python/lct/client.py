@@ -556,6 +556,7 @@ class Batch:
         self.items = list(items)
         self._infos = [None] * len(self.items)
         self._released = False
+        self._job = None  # the last submit()'s
         self._pack()
 
     def _pack(self):
@@ -593,6 +594,7 @@ class Batch:
         """One round: the values one by one, then the CUDA tensors' requests.
         stream: as for put_many."""
         global _device_path
+        self._check_idle()
         if self._released:
             raise ValueError("the batch was released: retarget() gives it values again")
         if (self._repack and not self._packed_fresh) or self._device_path != _device_path:
@@ -661,24 +663,36 @@ class Batch:
         CUDA tensors on the device path only. Until the job is waited for,
         the batch must not be sent, retargeted or released, and the client's
         other calls wait for it."""
+        self._check_idle()
         if self._released:
             raise ValueError("the batch was released: retarget() gives it values again")
         if not self.submittable:
             raise ValueError("submit() takes a batch of contiguous CUDA tensors on the device path")
+        if after is None:
+            return self._submit(event, None, None)
+        with after._lock:  # its handle stays valid while held (Job._end frees it under this lock)
+            if after._done and after._error is not None:
+                raise _canceled(after._error)
+            return self._submit(event, after, None if after._done else after._handle)
+
+    def _submit(self, event, after, after_handle):
         lib = _native.lib()
         handle = ctypes.c_void_p()
-        ev = getattr(event, "cuda_event", event)
         client = self.client
         with client._lock:
             if client._c is None:
                 raise ValueError("client is closed")
-            rc = lib.lct_submit_device_many(client._c, int(self.put), self._arr, len(self._batch), ev,
-                                            after._handle if after is not None else None, ctypes.byref(handle))
+            rc = lib.lct_submit_device_many(client._c, int(self.put), self._arr, len(self._batch),
+                                            getattr(event, "cuda_event", event), after_handle, ctypes.byref(handle))
             if rc < 0:
-                raise _error(rc, lib.lct_last_error(client._c))
-            job = Job(self, handle, (event, after))
-            client._jobs.append(job)
-        return job
+                raise _error(rc, lib.lct_strerror(rc))
+            self._job = Job(self, handle, event, after)
+            client._jobs.append(self._job)
+        return self._job
+
+    def _check_idle(self):
+        if self._job is not None and not self._job._done:
+            raise ValueError("the batch's submitted job is pending: wait() for it first")
 
     def _at_fault(self, e, failed):
         """e with the key of the item at fault, when liblct named one."""
@@ -709,6 +723,7 @@ class Batch:
         tensor has the dtype and shape of the one it replaces (the same
         layout in a buffer allocated anew, say), only its address is packed
         again; otherwise the batch is packed afresh."""
+        self._check_idle()
         values = list(values)
         if len(values) != len(self.items):
             raise ValueError(f"{len(values)} values for a batch of {len(self.items)}")
@@ -734,6 +749,7 @@ class Batch:
     def release(self):
         """Lets go of the values (the packing stays for retarget): a batch
         kept between uses holds no memory of theirs."""
+        self._check_idle()
         self.items = [(key, None) for key, _ in self.items]
         self._released = True
         for _, _, host, _ in self._batch:
@@ -750,10 +766,10 @@ class Batch:
 class Job:
     """A Batch's requests on its client's job thread (Batch.submit)."""
 
-    def __init__(self, batch, handle, keep):
+    def __init__(self, batch, handle, event, after):
         self.batch = batch
         self._handle = handle
-        self._keep = keep  # the event and the job waited for, alive until this one ends
+        self._event, self._after = event, after  # alive until this one ends
         self._done = False
         self._error = None
         self._lock = threading.Lock()
@@ -772,7 +788,9 @@ class Job:
             lib = _native.lib()
             failed = ctypes.c_size_t()
             rc = lib.lct_job_wait(self._handle, ctypes.byref(failed))
-            if rc < 0:
+            if rc == error_code("LCT_ECANCELED") and self._after is not None and _failure(self._after):
+                self._error = _canceled(_failure(self._after))  # what the job waited for raised
+            elif rc < 0:
                 self._error = self.batch._at_fault(_error(rc, lib.lct_job_error(self._handle)), failed.value)
             else:
                 self._error = self.batch._received()
@@ -782,12 +800,27 @@ class Job:
                     client._jobs.remove(self)
                 lib.lct_job_free(self._handle)
                 self._handle = None
-            self._keep = None
+            self._event = self._after = None
             self._done = True
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
             _native.lib().lct_job_free(self._handle)  # waits for it: the batch's buffers may be in use
+
+
+def _failure(job):
+    """The error a job (waited for here if need be) raises, or None."""
+    try:
+        job.wait()
+    except LctError as e:
+        return e
+    return None
+
+
+def _canceled(cause):
+    e = _error(error_code("LCT_ECANCELED"), f"the job it waited for failed: {cause}")
+    e.__cause__ = cause
+    return e
 
 
 def _layout(t):

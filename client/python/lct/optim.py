@@ -40,11 +40,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
     stream and for the job that frees its part, so that neither the
     trainer's thread nor its stream waits for lctd; for other values two
     mover threads of this optimizer. Fetches use client, stores a second
-    connection (client.clone()). The first groups are small and grow (the pipeline fills
-    quickly); step() returns once the last group is updated, its moments on
-    their way back while the trainer goes on. The next step(), state_dict(),
-    load_state_dict() and flush() wait for them (and raise what failed storing
-    them): call flush() before reading the moments from lctd some other way.
+    connection (client.clone()). The first groups are small and grow (the
+    pipeline fills quickly); step() returns once the last group is updated,
+    its moments on their way back while the trainer goes on. The next
+    step(), state_dict(), load_state_dict() and flush() wait for them (and
+    raise what failed storing them): call flush() before reading the moments
+    from lctd some other way.
     Besides the parameters and gradients the trainer holds only the scratch,
     from the start of step() until the last group is stored: it is taken from
     and returned to PyTorch's caching allocator, so it reuses memory the
@@ -87,12 +88,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
             raise ValueError(f"invalid scratch_bytes {scratch_bytes}")
         # add_param_group, called by Optimizer.__init__, checks against these.
         self.client = client
-        self._store_client = None  # the storer's connection (client.clone()), opened at the first step
-        self._movers = None  # the fetcher and storer threads, started at the first step
-        self._pending = None  # the end of the last step, on the storer: flush() waits for it
+        self._store_client = None  # the stores' connection (client.clone()), opened at the first step
+        self._movers = None  # threads for requests that are not liblct jobs, and for each step's end
+        self._pending = None  # the end of the last step, on a mover thread: flush() waits for it
         self._layout = None  # (the step's parameter indices, its groups' _Layouts), while the step's shape holds
-        # Group number: (keys, Batch), its requests packed, released between steps;
-        # the fetches touched by the fetcher and by step() once they are done, the stores by the storer.
+        # Group number: (keys, Batch), its requests packed once, released at the end of each step.
         self._fetches, self._stores = {}, {}
         self._quarantined = []  # scratch of a step whose requests were cut off (lctd may still write it)
         self.key_prefix = key_prefix
@@ -175,14 +175,15 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
-            present.append((index, id(p), p.shape, p.dtype))  # cached entries hold p: its id stays its own
+            # Cached entries hold p and its group: their ids stay their own (load_state_dict makes new groups).
+            present.append((index, id(p), id(group), p.shape, p.dtype, p.device))
         part = self._part()
         present = tuple(present), part
         if self._layout is not None and self._layout[0] == present:
             return self._layout[1]
         params = {index: (group, p) for index, group, p in self._indexed_params()}
         groups, batch, used = [], [], 0
-        for index, _, _, _ in present[0]:
+        for index, *_ in present[0]:
             group, p = params[index]
             need = self._need(p)
             if need > part:  # a parameter grown since add_param_group
@@ -218,6 +219,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         if self._store_client is None:
             self._store_client = self.client.clone()
         fetched, stored, updated = [], [], []  # jobs, and the CUDA events after each group's update
+        holder = {}  # (device, part): the group last in it
 
         def planned(i):
             # Planned just before its fetch: the first fetch waits for one plan only.
@@ -236,11 +238,13 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
         def fetch(i):
             # The part is free once its last group is stored, which followed
-            # that group's update (its event, waited for already): else once
-            # the allocator's last use of the scratch is done.
+            # that group's update (its event, waited for already); a part not
+            # used yet, once the allocator's last use of the scratch is done.
             plan = planned(i)
-            after = stored[i - _PARTS] if i >= _PARTS else None
-            event = updated[i - _PARTS] if i >= _PARTS else plan.ready
+            last = holder.get((plan.layout.device, i % _PARTS))
+            holder[plan.layout.device, i % _PARTS] = i
+            after = stored[last] if last is not None else None
+            event = updated[last] if last is not None else plan.ready
             if not plan.fetch_keys:
                 return after
             b = self._batch(self._fetches, i, self.client, plan.fetch_keys, plan.fetch, put=False)
@@ -259,33 +263,31 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 job = self._start(b, event, None)
             if plan.raw:
                 items = list(zip(plan.layout.raw_keys, plan.raw))
-                job = _ThreadJob(self._mover(True), self._put_raw, items, event, job)
+                try:
+                    job = _ThreadJob(self._mover(True), self._put_raw, items, event, job)
+                except BaseException:
+                    if job is not None:
+                        _failure(job)  # nothing may still read the scratch when it goes
+                    raise
             return job
 
-        def finish(error):
+        def finish(errors):
             # Ends a step: lets go of the requests' values and of the scratch,
             # which goes back to the allocator unless a request cut off may
             # still be writing into it.
             for batches in (self._fetches, self._stores):
-                for i in [i for i in batches if i >= len(groups)]:
-                    del batches[i]
                 for _, b in batches.values():
                     b.release()
-            if isinstance(error, LctError) and error.code in _LOST:
+            if any(isinstance(e, LctError) and e.code in _LOST for e in errors):
                 self._quarantined += [buf for buf, _ in scratch.values()]
             plans.clear()
             scratch.clear()
 
         def finish_last():
-            error = None
-            try:
-                if stored[-1] is not None:
-                    stored[-1].wait()
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                finish(error)
+            error = _failure(stored[-1]) if stored[-1] is not None else None
+            finish([error])
+            if error is not None:
+                raise error
 
         try:
             for i in range(min(_PARTS, len(groups))):
@@ -301,14 +303,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 if job is not None:
                     job.wait()
         except BaseException as e:
-            # Nothing may touch the scratch once it returns to the allocator.
-            for job in fetched + stored:
-                try:
-                    if job is not None:
-                        job.wait()
-                except BaseException:  # noqa: BLE001 - the first error is the one raised
-                    pass
-            finish(e)
+            # Nothing may touch the scratch once it returns to the allocator;
+            # any request cut off keeps it from going back.
+            finish([e] + [_failure(job) for job in fetched + stored if job is not None])
             raise
         # The last group's states go back while the trainer goes on; a mover
         # thread then lets go of the scratch, and the next step waits for it.
@@ -332,7 +329,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return _ThreadJob(self._mover(batch.put), _send_batch, batch, event, after)
 
     def _mover(self, put):
-        """The storer (put) or fetcher thread, started at its first use."""
+        """The mover thread for puts or for gets, started at its first use."""
         if self._movers is None:
             self._movers = (ThreadPoolExecutor(1, thread_name_prefix="lct-fetch"),
                             ThreadPoolExecutor(1, thread_name_prefix="lct-store"))
@@ -353,7 +350,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         first."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            pending.result()  # once: the failed group keeps its previous moments, its steps counted
 
     def _group_layout(self, batch):
         """Where each parameter of a group keeps its states in a part: its
@@ -484,6 +481,15 @@ class _Plan:
         self.layout, self.ready = layout, ready
         self.fetch_keys = layout.fetch_keys
         self.fetch, self.coded, self.raw, self.work = [], [], [], []
+
+
+def _failure(job):
+    """Waits for a job; the exception it raised, or None."""
+    try:
+        job.wait()
+    except BaseException as e:  # noqa: BLE001 - returned to be looked at
+        return e
+    return None
 
 
 class _ThreadJob:

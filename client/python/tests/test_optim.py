@@ -163,6 +163,21 @@ class TestOffloadedAdamW(LctdTestCase):
                 taker.load_state_dict(off.state_dict())
                 self.assertStatesEqual(ref, taker, f"{device} into torch")
 
+    def test_load_state_dict_in_place_takes_its_hyperparameters(self):
+        # load_state_dict makes new param_group dicts: an optimizer that has
+        # stepped already must update with theirs, not the ones it kept.
+        for device in devices():
+            with self.subTest(device=device):
+                ref_model, ref, off_model, off = self.pair(device, torch.float32, self.key(f"{device}/"))
+                self.train_and_compare(ref_model, ref, off_model, off, device, 2)
+                for opt in (ref, off):
+                    sd = copy.deepcopy(opt.state_dict())
+                    sd["param_groups"][0]["lr"] *= 10
+                    sd["param_groups"][0]["weight_decay"] = 0.5
+                    opt.load_state_dict(sd)
+                self.train_and_compare(ref_model, ref, off_model, off, device, 2, first=2)
+                self.assertStatesEqual(ref, off, device)
+
     def test_refuses_other_algorithms(self):
         model = make_model("cpu", torch.float32)
         amsgrad = torch.optim.AdamW(model.parameters(), amsgrad=True)

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""optim_step.py — the optimizer step alone: torch.optim.AdamW(foreach=False) against
+lct.optim.OffloadedAdamW with lctd on the same GPU, on the parameter shapes of
+train_offload.py's 152M GPT with random gradients and no forward pass, the two stepped
+in turn (the order alternating each round) so that the machine's drifts fall on both.
+
+Reports the median step time of each as the trainer sees it (step() returned, the GPU
+idle; the offloaded step's last store runs on after it, as into a forward pass), the
+median of the paired differences, the trainer thread's CPU time per step, and the
+time flush() then waits; asserts that the parameters stay bitwise equal. Needs a CUDA
+GPU, torch, and a built lctd:
+
+    tests/bench/optim_step.py --lctd build/bin/lctd --out results/
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
+import lct  # noqa: E402
+import lct.optim  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lctd", required=True)
+ap.add_argument("--out", default=".")
+ap.add_argument("--rounds", type=int, default=40)
+ap.add_argument("--skip", type=int, default=5, help="first rounds left out (codebooks built, caches settling)")
+ap.add_argument("--scratch-mib", type=int, default=2048)
+a = ap.parse_args()
+os.makedirs(a.out, exist_ok=True)
+
+D, LAYERS, VOCAB, BLOCK = 1024, 12, 256, 512
+SHAPES = [(VOCAB, D), (BLOCK, D)]
+for _ in range(LAYERS):
+    SHAPES += [(D,), (D,), (3 * D, D), (3 * D,), (D, D), (D,), (D,), (D,), (4 * D, D), (4 * D,), (D, 4 * D), (D,)]
+SHAPES += [(D,), (D,)]
+HYPER = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def params():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(s, device="cuda", generator=g) * 0.02) for s in SHAPES]
+
+
+def step(opt, ps, k):
+    """Round k's gradients, then one timed step: (wall ms, trainer CPU ms, flush ms)."""
+    g = torch.Generator(device="cuda").manual_seed(1000 + k)
+    for p in ps:
+        p.grad = torch.randn(p.shape, device="cuda", generator=g) * 1e-3
+    torch.cuda.synchronize()
+    t0, c0 = time.perf_counter(), time.thread_time()
+    opt.step()
+    c1 = time.thread_time()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    if hasattr(opt, "flush"):
+        opt.flush()
+    return (t1 - t0) * 1e3, (c1 - c0) * 1e3, (time.perf_counter() - t1) * 1e3
+
+
+endpoint = f"ipc:///tmp/lct-optim-step-{os.getpid()}.sock"
+lctd = subprocess.Popen([a.lctd, "--backend", "cuda", "--memory", "6G", "--listen", endpoint, "--log-level", "warn"],
+                        stderr=open(os.path.join(a.out, "lctd.log"), "w"))
+try:
+    for _ in range(100):
+        try:
+            lct.Client(endpoint).ping()
+            break
+        except lct.LctError:
+            time.sleep(0.1)
+    client = lct.Client(endpoint)
+    runs = {"torch": (params(),), "lctd": (params(),)}
+    runs["torch"] += (torch.optim.AdamW(runs["torch"][0], foreach=False, fused=False, **HYPER),)
+    runs["lctd"] += (lct.optim.OffloadedAdamW(runs["lctd"][0], client, scratch_bytes=a.scratch_mib << 20,
+                                              key_prefix="optim-step/", **HYPER),)
+    times = {m: [] for m in runs}
+    for k in range(a.rounds):
+        for m in (("torch", "lctd") if k % 2 else ("lctd", "torch")):
+            ps, opt = runs[m]
+            times[m].append(step(opt, ps, k))
+    same = all(torch.equal(x, y) for x, y in zip(runs["torch"][0], runs["lctd"][0]))
+    if not same:  # not an assert: it must hold under python -O too
+        raise SystemExit("OffloadedAdamW diverged from torch AdamW")
+finally:
+    lctd.terminate()
+    lctd.wait()
+
+kept = {m: t[a.skip:] for m, t in times.items()}
+med = {m: [statistics.median(x[i] for x in t) for i in range(3)] for m, t in kept.items()}
+paired = statistics.median(b[0] - t[0] for t, b in zip(kept["torch"], kept["lctd"]))
+result = {"shapes": len(SHAPES), "params": sum(torch.Size(s).numel() for s in SHAPES), "rounds": a.rounds,
+          "skip": a.skip, "scratch_mib": a.scratch_mib, "bitwise_equal": same,
+          "step_ms": {m: v[0] for m, v in med.items()}, "trainer_cpu_ms": {m: v[1] for m, v in med.items()},
+          "flush_ms": med["lctd"][2], "paired_difference_ms": paired,
+          "step_times_ms": {m: [round(x[0], 3) for x in t] for m, t in times.items()}}
+with open(os.path.join(a.out, "optim_step.json"), "w") as f:
+    json.dump(result, f, indent=1)
+print(f"{result['params'] / 1e6:.1f}M parameters in {len(SHAPES)} tensors, {a.rounds - a.skip} rounds, "
+      f"parameters bitwise equal: {same}")
+print(f"{'':24} {'torch AdamW':>12} {'lctd':>12}")
+print(f"{'step ms (median)':24} {med['torch'][0]:12.2f} {med['lctd'][0]:12.2f}")
+print(f"{'trainer CPU ms (median)':24} {med['torch'][1]:12.2f} {med['lctd'][1]:12.2f}")
+print(f"{'then flush() ms':24} {'-':>12} {med['lctd'][2]:12.2f}")
+print(f"{'added (paired median)':24} {'-':>12} {paired:12.2f}")

@@ -475,22 +475,29 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
 /* ---- device buffers ------------------------------------------------------ */
 
 #ifdef LCT_CLIENT_CUDA
-/* What lctd needs to map a device buffer (its fields point into the client,
- * valid until its next device call), and the buffer's device. */
-typedef struct lct__devbuf {
-  Lctpb__DeviceBuffer msg;
+/* A CUDA allocation, as the driver names it. */
+typedef struct lct__alloc {
   int device;
-} lct__devbuf;
+  CUdeviceptr start;
+  size_t range;
+  unsigned long long id; /* unique per allocation for the process's life */
+} lct__alloc;
 
 static int lct__cuda_fail(lct_client *c, cudaError_t e, const char *what) {
   cudaGetLastError(); /* not sticky: cleared so that the caller's next CUDA call does not see it */
   return lct__fail(c, LCT_ECUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 
-/* Finds dptr's device and allocation (the driver's cuPointerGetAttributes,
- * looked up through the runtime: liblct does not link libcuda). */
-static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int *device, CUdeviceptr *start,
-                              unsigned long long *buffer_id) {
+/* Whether [p, p + bytes) lies in allocation a. */
+static int lct__alloc_holds(const lct__alloc *a, const void *p, size_t bytes) {
+  uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)a->start);
+  return (uintptr_t)p >= (uintptr_t)a->start && off <= a->range && bytes <= a->range - off;
+}
+
+/* Finds the allocation holding [dptr, dptr + bytes) (the driver's
+ * cuPointerGetAttributes, looked up through the runtime: liblct does not
+ * link libcuda). */
+static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, lct__alloc *a) {
   if (c->pointer_attrs == NULL) {
     enum cudaDriverEntryPointQueryResult found;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", (void **)&c->pointer_attrs, 12000,
@@ -513,30 +520,24 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, int
   CUresult r = c->pointer_attrs(5, attrs, data, (CUdeviceptr)(uintptr_t)dptr);
   if (r != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || ordinal < 0)
     return lct__fail(c, LCT_EINVAL, "%p is not CUDA device memory", dptr);
-  uint64_t off = (uint64_t)((uintptr_t)dptr - (uintptr_t)base);
-  if (off > range || bytes > range - off)
+  *a = (lct__alloc){ordinal, base, range, id};
+  if (!lct__alloc_holds(a, dptr, bytes))
     return lct__fail(c, LCT_EINVAL, "%zu bytes at %p run past their allocation", bytes, dptr);
-  *device = ordinal;
-  *start = base;
-  *buffer_id = id;
   return 0;
 }
 
-/* Synchronizes dptr's GPU, or the stream set (with sync), and describes the
- * buffer for lctd: its allocation's IPC handle (exported once per
- * allocation), the offset into it, the GPU's UUID and this host's boot id
- * (each looked up once per client). LCT_ENOIPC when the buffer cannot be
- * shared by IPC (the host path applies); b->device is set whenever dptr is
- * device memory. */
-static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, int sync, lct__devbuf *b) {
-  CUdeviceptr start = 0;
-  unsigned long long id = 0;
-  int rc = lct__device_locate(c, dptr, bytes, &b->device, &start, &id);
-  if (rc != 0)
-    return rc;
-  int prev;
+/* Synchronizes the GPU of allocation a, or the stream set (with sync), and
+ * describes the buffer [dptr, dptr + bytes) in it for lctd: the
+ * allocation's IPC handle (exported once per allocation), the offset into
+ * it, the GPU's UUID and this host's boot id (each looked up once per
+ * client); msg's fields point into the client, valid until its next device
+ * call. LCT_ENOIPC when the buffer cannot be shared by IPC (the host path
+ * applies). */
+static int lct__device_describe(lct_client *c, const lct__alloc *a, const void *dptr, size_t bytes, int sync,
+                                Lctpb__DeviceBuffer *msg) {
+  int rc, prev;
   cudaError_t e = cudaGetDevice(&prev);
-  if (e != cudaSuccess || (e = cudaSetDevice(b->device)) != cudaSuccess)
+  if (e != cudaSuccess || (e = cudaSetDevice(a->device)) != cudaSuccess)
     return lct__cuda_fail(c, e, "selecting the buffer's device");
   if (sync && (e = c->sync_event != NULL    ? cudaEventSynchronize(c->sync_event)
                    : c->sync_stream != NULL ? cudaStreamSynchronize(c->sync_stream)
@@ -549,32 +550,32 @@ static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, i
   }
   int slot = -1;
   for (int i = 0; i < LCT__IPC_EXPORTS && slot < 0; i++)
-    if (c->exports[i].buffer_id == id && id != 0)
+    if (c->exports[i].buffer_id == a->id && a->id != 0)
       slot = i;
   rc = 0;
   if (slot < 0) {
     cudaIpcMemHandle_t h;
-    if ((e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)start)) != cudaSuccess) {
+    if ((e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)a->start)) != cudaSuccess) {
       cudaGetLastError();
       rc = lct__fail(c, LCT_ENOIPC, "cannot export the buffer's allocation: %s", cudaGetErrorString(e));
     } else {
       slot = c->export_next;
       c->export_next = (c->export_next + 1) % LCT__IPC_EXPORTS;
-      c->exports[slot].buffer_id = id;
+      c->exports[slot].buffer_id = a->id;
       memcpy(c->exports[slot].handle, h.reserved, LCT_IPC_HANDLE_BYTES);
     }
   }
-  if (rc == 0 && b->device < LCT__GPUS && !c->gpu_known[b->device]) {
+  if (rc == 0 && a->device < LCT__GPUS && !c->gpu_known[a->device]) {
     struct cudaDeviceProp prop;
-    if ((e = cudaGetDeviceProperties(&prop, b->device)) != cudaSuccess) {
+    if ((e = cudaGetDeviceProperties(&prop, a->device)) != cudaSuccess) {
       rc = lct__cuda_fail(c, e, "reading the buffer's device");
     } else {
-      memcpy(c->gpu_uuid[b->device], prop.uuid.bytes, LCT_GPU_UUID_BYTES);
-      c->gpu_known[b->device] = 1;
+      memcpy(c->gpu_uuid[a->device], prop.uuid.bytes, LCT_GPU_UUID_BYTES);
+      c->gpu_known[a->device] = 1;
     }
   }
-  if (rc == 0 && b->device >= LCT__GPUS)
-    rc = lct__fail(c, LCT_ENOIPC, "device %d: beyond the %d this liblct tracks", b->device, LCT__GPUS);
+  if (rc == 0 && a->device >= LCT__GPUS)
+    rc = lct__fail(c, LCT_ENOIPC, "device %d: beyond the %d this liblct tracks", a->device, LCT__GPUS);
   if (rc == 0 && !c->boot_known) {
     if (lct_wire_boot_id(c->boot_id) != 0)
       rc = lct__fail(c, LCT_ENOIPC, "cannot read this host's boot id");
@@ -584,15 +585,15 @@ static int lct__device_describe(lct_client *c, const void *dptr, size_t bytes, i
     rc = lct__cuda_fail(c, e, "restoring the current device");
   if (rc != 0)
     return rc;
-  lctpb__device_buffer__init(&b->msg);
-  b->msg.ipc_handle.data = c->exports[slot].handle;
-  b->msg.ipc_handle.len = LCT_IPC_HANDLE_BYTES;
-  b->msg.offset = (uint64_t)((uintptr_t)dptr - (uintptr_t)start);
-  b->msg.size = bytes;
-  b->msg.gpu_uuid.data = c->gpu_uuid[b->device];
-  b->msg.gpu_uuid.len = LCT_GPU_UUID_BYTES;
-  b->msg.boot_id.data = c->boot_id;
-  b->msg.boot_id.len = LCT_BOOT_ID_BYTES;
+  lctpb__device_buffer__init(msg);
+  msg->ipc_handle.data = c->exports[slot].handle;
+  msg->ipc_handle.len = LCT_IPC_HANDLE_BYTES;
+  msg->offset = (uint64_t)((uintptr_t)dptr - (uintptr_t)a->start);
+  msg->size = bytes;
+  msg->gpu_uuid.data = c->gpu_uuid[a->device];
+  msg->gpu_uuid.len = LCT_GPU_UUID_BYTES;
+  msg->boot_id.data = c->boot_id;
+  msg->boot_id.len = LCT_BOOT_ID_BYTES;
   return 0;
 }
 
@@ -622,24 +623,21 @@ static int lct__fallback(int rc) { return rc == LCT_ENOIPC || rc == LCT_EOP; }
 #define LCT__MANY_HEADER_BUDGET (LCT_WIRE_HEADER_MAX / 2)
 
 /* Items [from, to) of t that one request carries: they lie in the allocation
- * of t[from] (consecutive items in one allocation travel together), at most
- * LCT_DEVICE_ITEMS_MAX of them and within the header budget. */
+ * of t[from] (*a; consecutive items in one allocation travel together), at
+ * most LCT_DEVICE_ITEMS_MAX of them and within the header budget. */
 static int lct__many_group(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t n, size_t *to,
-                           int *device) {
-  CUdeviceptr start, s;
-  unsigned long long id, other;
-  int rc = lct__device_locate(c, t[from].dptr, t[from].bytes, device, &start, &id);
+                           lct__alloc *a) {
+  int rc = lct__device_locate(c, t[from].dptr, t[from].bytes, a);
   if (rc != 0)
     return rc;
   size_t header = 0, i = from;
   for (; i < n && i - from < LCT_DEVICE_ITEMS_MAX; i++) {
-    int dev;
     int dims = put && t[i].ndim > 0 ? (t[i].ndim < LCT_MAX_DIMS ? t[i].ndim : LCT_MAX_DIMS) : 0;
     header += strlen(t[i].key) + 64 + 10 * (size_t)dims;
     if (header > LCT__MANY_HEADER_BUDGET && i > from)
       break;
-    if (i > from && (lct__device_locate(c, t[i].dptr, t[i].bytes, &dev, &s, &other) != 0 || other != id))
-      break; /* another allocation (or an error, reported by the group it starts) */
+    if (i > from && !lct__alloc_holds(a, t[i].dptr, t[i].bytes))
+      break; /* another allocation, or none: the group it starts sorts it out */
   }
   *to = i;
   return 0;
@@ -674,8 +672,8 @@ static int lct__many_host(lct_client *c, int put, int device, const lct_device_t
 /* One PUT_DEVICE_MANY or GET_DEVICE_MANY for items [from, to) of one
  * allocation; on failure *failed_item is the index (from `from`) of the item
  * the server named, else 0: the request as a whole. */
-static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t to, int sync,
-                          size_t *failed_item) {
+static int lct__many_call(lct_client *c, int put, const lct__alloc *a, const lct_device_tensor *t, size_t from,
+                          size_t to, int sync, size_t *failed_item) {
   size_t k = to - from;
   *failed_item = 0;
   uintptr_t lo = UINTPTR_MAX, hi = 0;
@@ -684,8 +682,8 @@ static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, si
     lo = p < lo ? p : lo;
     hi = p + t[i].bytes > hi ? p + t[i].bytes : hi;
   }
-  lct__devbuf b;
-  int rc = lct__device_describe(c, (const void *)lo, hi - lo, sync, &b);
+  Lctpb__DeviceBuffer buffer;
+  int rc = lct__device_describe(c, a, (const void *)lo, hi - lo, sync, &buffer);
   if (rc != 0)
     return rc;
   Lctpb__DeviceItem *items = calloc(k, sizeof *items);
@@ -715,7 +713,7 @@ static int lct__many_call(lct_client *c, int put, const lct_device_tensor *t, si
   if (rc == 0) {
     Lctpb__Request rq = LCTPB__REQUEST__INIT;
     rq.op = put ? LCTPB__OP__OP_PUT_DEVICE_MANY : LCTPB__OP__OP_GET_DEVICE_MANY;
-    rq.device = &b.msg;
+    rq.device = &buffer;
     rq.n_items = k;
     rq.items = ptrs;
     rc = lct__call(c, &rq, NULL, 0, &r);
@@ -751,19 +749,19 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
   if (rc == 0)
     at = n;
   for (size_t from = 0, to; from < n && rc == 0; from = to) {
-    int device;
+    lct__alloc a = {0};
     to = from + 1;
     if (t[from].bytes == 0) {
       rc = lct__many_host(c, put, -1, &t[from]); /* nothing to map */
-    } else if ((rc = lct__many_group(c, put, t, from, n, &to, &device)) == 0) {
+    } else if ((rc = lct__many_group(c, put, t, from, n, &to, &a)) == 0) {
       size_t item;
       /* Work queued on the buffers' GPU completes first: one synchronization per device. */
-      rc = lct__many_call(c, put, t, from, to, device != synced, &item);
-      synced = device;
+      rc = lct__many_call(c, put, &a, t, from, to, a.device != synced, &item);
+      synced = a.device;
       if (lct__fallback(rc)) { /* the host path, item by item */
         rc = 0;
         for (size_t i = from; i < to && rc == 0; i++)
-          if ((rc = lct__many_host(c, put, device, &t[i])) != 0)
+          if ((rc = lct__many_host(c, put, a.device, &t[i])) != 0)
             item = i - from;
       }
       if (rc != 0)

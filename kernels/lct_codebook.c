@@ -202,11 +202,21 @@ size_t lct_codebook_bytes(int dtype) {
 }
 
 int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap) {
+  if (cb->n_syms > LCT_MAX_SYMS) return LCT_EINVAL;
   size_t need = (cb->n_syms + 1u) / 2;
   if (cap < need) return LCT_EBUFSIZE;
   memset(dst, 0, need);
-  for (unsigned s = 0; s < cb->n_syms; s++) dst[s / 2] |= (uint8_t)(cb->len[s] << (4 * (s & 1)));
+  for (unsigned s = 0; s < cb->n_syms; s++) {
+    if (cb->len[s] > LCT_MAX_CODE_LEN) return LCT_EINVAL; /* would spill into the next symbol's nibble */
+    dst[s / 2] |= (uint8_t)(cb->len[s] << (4 * (s & 1)));
+  }
   return 0;
+}
+
+int lct_codebook_canonical(const lct_codebook *cb, uint8_t *dst, size_t cap, lct_codebook *canon) {
+  int rc = lct_codebook_serialize(cb, dst, cap);
+  if (rc) return rc;
+  return lct_codebook_parse(cb->dtype, dst, lct_codebook_bytes(cb->dtype), canon) ? LCT_EINVAL : 0;
 }
 
 int lct_codebook_parse(int dtype, const uint8_t *src, size_t len, lct_codebook *cb) {

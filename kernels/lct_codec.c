@@ -306,9 +306,7 @@ int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_el
      * range is refused, and one whose codes disagree with its lengths still
      * gives a blob that decodes to src. */
     lct_codebook canon;
-    if (lct_codebook_serialize(cb, out + LCT_HEADER_BYTES, cb_bytes) != 0 ||
-        lct_codebook_parse(dtype, out + LCT_HEADER_BYTES, cb_bytes, &canon) != 0)
-      return LCT_EINVAL;
+    if (lct_codebook_canonical(cb, out + LCT_HEADER_BYTES, cb_bytes, &canon) != 0) return LCT_EINVAL;
     encoder_init(&e, &canon);
   }
   put32(out + 24, header_check(out, cb_bytes));

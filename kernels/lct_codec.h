@@ -71,9 +71,15 @@ int lct_codebook_build(int dtype, const uint64_t *hist, lct_codebook *cb);
 int lct_codebook_from_data(int dtype, const void *src, uint64_t n_elems, lct_codebook *cb);
 /* Serialized codebook size for a dtype (4 bits per symbol); 0 for raw. */
 size_t lct_codebook_bytes(int dtype);
+/* Writes cb's lengths in the blob's codebook form; LCT_EINVAL for a length
+ * above LCT_MAX_CODE_LEN, LCT_EBUFSIZE when cap is short. */
 int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap);
 /* Parses and validates a serialized codebook; LCT_ECORRUPT if invalid. */
 int lct_codebook_parse(int dtype, const uint8_t *src, size_t len, lct_codebook *cb);
+/* Serializes cb into dst and parses it back into *canon: the codes every
+ * decoder derives from those bytes, whatever cb->code holds. LCT_EINVAL for a
+ * codebook no decoder would take (lengths, Kraft sum, no ESC). */
+int lct_codebook_canonical(const lct_codebook *cb, uint8_t *dst, size_t cap, lct_codebook *canon);
 /* 4096-entry decode table: entry = symbol | len << 11, 0 = invalid code. */
 void lct_codebook_decode_table(const lct_codebook *cb, uint16_t table[1 << LCT_MAX_CODE_LEN]);
 

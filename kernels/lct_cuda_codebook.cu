@@ -5,16 +5,14 @@
 #include "lct_cuda_common.cuh"
 
 /* The device form of cb in host memory: canonical codes as every decoder
- * derives them from the serialized bytes (serialize, then parse back, which
- * also validates lengths and Kraft). */
+ * derives them from the serialized bytes. */
 static int lct__codebook_image(const lct_codebook *cb, lct__dev_codebook *h) {
   const unsigned s = lct_dtype_symbol_bits(cb->dtype);
   if (!s || cb->n_syms != (1u << s) + 1) return LCT_EINVAL;
   uint8_t bytes[4 * LCT__CB_WORDS] = {0};
   const size_t cb_bytes = lct_codebook_bytes(cb->dtype);
   lct_codebook canon;
-  if (lct_codebook_serialize(cb, bytes, sizeof bytes) || lct_codebook_parse(cb->dtype, bytes, cb_bytes, &canon))
-    return LCT_EINVAL;
+  if (lct_codebook_canonical(cb, bytes, sizeof bytes, &canon)) return LCT_EINVAL;
   memset(h, 0, sizeof *h);
   const unsigned esc = canon.n_syms - 1, esc_len = canon.len[esc];
   for (unsigned sym = 0; sym < (1u << s); sym++) {

@@ -313,6 +313,9 @@ extern "C" int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t coun
   LCT__CUDA_TRY(cudaGetDevice(&dev));
   LCT__CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const uint64_t blocks = (uint64_t)sms;
+  LCT__CUDA_TRY(cudaFuncSetAttribute(crc_pieces, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  LCT__CUDA_TRY(cudaFuncSetAttribute(crc_pieces, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
 
   crc_params p;
   memset(&p, 0, sizeof p);
@@ -343,9 +346,6 @@ extern "C" int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t coun
       p.direct &= n == 1;
     }
     if (p.pieces) {
-      LCT__CUDA_TRY(cudaFuncSetAttribute(crc_pieces, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-      LCT__CUDA_TRY(cudaFuncSetAttribute(crc_pieces, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared));
       crc_pieces<<<(unsigned)(p.pieces < blocks ? p.pieces : blocks), kThreads, kSmemBytes, stream>>>(p);
       LCT__LAUNCH_CHECK();
     }

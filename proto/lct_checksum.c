@@ -129,20 +129,13 @@ uint32_t lct_crc32c(uint32_t crc, const void *bytes, size_t n) {
 }
 
 /* CRC(A||B) = CRC(A) * x^(8 len_b) + CRC(B) modulo the polynomial: the
- * initial and final inversions of the two pieces cancel in the sum. Callers
- * join many pieces of one length (a tensor's segments), so each thread keeps
- * the last x^(8 len_b); another length takes one multiplication per set bit
- * of len_b (one for a power-of-two segment size). */
+ * initial and final inversions of the two pieces cancel in the sum.
+ * x^(8 len_b) takes one multiplication per set bit of len_b (one for a
+ * power-of-two segment size). */
 uint32_t lct_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-  static _Thread_local uint64_t last_len = 0;
-  static _Thread_local uint32_t last_shift = 1u << 31; /* x^0 for length 0 */
-  if (len_b != last_len) {
-    pthread_once(&lct__crc_once, lct__crc_init);
-    uint32_t shift = 1u << 31; /* x^0 */
-    for (uint64_t bytes = len_b; bytes != 0; bytes &= bytes - 1)
-      shift = lct__gf2_mul(shift, lct__byte_shift[__builtin_ctzll(bytes)]);
-    last_len = len_b;
-    last_shift = shift;
-  }
-  return lct__gf2_mul(crc_a, last_shift) ^ crc_b;
+  pthread_once(&lct__crc_once, lct__crc_init);
+  uint32_t shift = 1u << 31; /* x^0 */
+  for (uint64_t bytes = len_b; bytes != 0; bytes &= bytes - 1)
+    shift = lct__gf2_mul(shift, lct__byte_shift[__builtin_ctzll(bytes)]);
+  return lct__gf2_mul(crc_a, shift) ^ crc_b;
 }

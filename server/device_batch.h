@@ -9,7 +9,7 @@
 
 /* One tensor of a device batch; the caller's array outlives the job. */
 typedef struct lct__batch_item {
-  const uint8_t *key;
+  const uint8_t *key; /* put: the key to install */
   size_t key_len;
   lct__put_decl decl; /* put: the tensor declared */
   uint8_t *device;    /* its bytes in the mapped client buffer, aligned to the element size */
@@ -27,7 +27,8 @@ typedef void (*lct__batch_cb)(void *arg, int rc, size_t failed, const char *why)
  * (*failed: the first item that did not fit; cb is not called). Codebooks are
  * reused, and built on a key's first put, as for PUT; a put whose codes drift
  * from its codebook is stored as coded, and the key's next batch put takes a
- * histogram in the same GPU pass and rebuilds the codebook for the put after. */
+ * histogram within the same request (before its encode) and rebuilds the
+ * codebook for the put after. */
 int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct__batch_cb cb, void *arg,
                          size_t *failed);
 

@@ -37,8 +37,13 @@ typedef struct lct__request {
   Lctpb__Request *hdr;
   lct__pending *pending; /* PUT_COMMIT: the staged put being encoded */
   void *reply_msg;      /* GET: the reply being filled by decode workers */
-  const uint8_t *ipc_base; /* PUT_DEVICE, GET_DEVICE: the client allocation mapped, unmapped with the request */
-  lct__batch_item *batch; /* device puts and gets: their items (one for PUT_DEVICE, GET_DEVICE) */
+  const uint8_t *ipc_base; /* device ops: the client allocation mapped, unmapped with the request */
+  /* Device ops: the request's items (PUT_DEVICE and GET_DEVICE: `one`, from
+   * the request's key, meta and version over the whole device buffer). */
+  Lctpb__DeviceItem *const *items;
+  size_t n_items;
+  Lctpb__DeviceItem one, *one_ptr;
+  lct__batch_item *batch; /* device ops: the items' work, n_items of them */
   size_t n_batch;
   size_t reply_len;
   uint64_t received;    /* uv_hrtime at receipt */
@@ -425,15 +430,31 @@ static lct__entry *lct__find_key(lct__request *rq) {
   return e;
 }
 
-/* The entry a GET or GET_DEVICE reads: its key given and present, and at the
- * version asked for, if any; else the error is answered and NULL returned. */
+/* The entry of key to read, at the version asked for if any: 0, or
+ * LCT_ENOENT / LCT_ESTALE with why. */
+static int lct__entry_to_read(const lct__server *srv, const ProtobufCBinaryData *key, int has_version,
+                              uint64_t version, lct__entry **e, char *why, size_t cap) {
+  *e = lct__store_find(srv->store, key->data, key->len);
+  if (*e == NULL) {
+    snprintf(why, cap, "no such key");
+    return LCT_ENOENT;
+  }
+  if (has_version && version != (*e)->version) {
+    snprintf(why, cap, "key is at version %" PRIu64 ", not %" PRIu64, (*e)->version, version);
+    return LCT_ESTALE;
+  }
+  return 0;
+}
+
+/* The entry a GET reads; else the error is answered and NULL returned. */
 static lct__entry *lct__find_to_read(lct__request *rq) {
   if (!lct__need_key(rq))
     return NULL;
-  lct__entry *e = lct__find_key(rq);
-  if (e != NULL && rq->hdr->has_version && rq->hdr->version != e->version) {
-    lct__reply_error(rq, LCT_ESTALE, "key is at version %" PRIu64 ", not %" PRIu64, e->version,
-                     rq->hdr->version);
+  lct__entry *e;
+  char why[96];
+  int rc = lct__entry_to_read(rq->srv, &rq->hdr->key, rq->hdr->has_version, rq->hdr->version, &e, why, sizeof why);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
     return NULL;
   }
   return e;
@@ -482,33 +503,6 @@ static void lct__op_get(lct__request *rq) {
 static void lct__reply_fallback(lct__request *rq, int reason, const char *why) {
   rq->srv->stats.device_fallbacks[reason]++;
   lct__reply_error(rq, LCT_ENOIPC, "%s; use the host path", why);
-}
-
-/* The device buffer of PUT_DEVICE or GET_DEVICE: present, holding raw_bytes
- * (exactly for a put, at least for a get), starting aligned to esize
- * (allocations start at least 256-byte aligned, so its offset tells); replies
- * itself and returns 0 otherwise. */
-static int lct__device_fits_or_reply(lct__request *rq, uint64_t raw_bytes, int exact, size_t esize) {
-  const Lctpb__DeviceBuffer *d = rq->hdr->device;
-  if (d == NULL) {
-    lct__reply_error(rq, LCT_EINVAL, "this operation needs a device buffer");
-    return 0;
-  }
-  if (exact && d->size != raw_bytes) {
-    lct__reply_error(rq, LCT_ESIZE, "device buffer of %" PRIu64 " bytes; dtype and shape make %" PRIu64,
-                     d->size, raw_bytes);
-    return 0;
-  }
-  if (!exact && d->size < raw_bytes) {
-    lct__reply_error(rq, LCT_EBUFSIZE, "tensor is %" PRIu64 " bytes; the device buffer holds %" PRIu64,
-                     raw_bytes, d->size);
-    return 0;
-  }
-  if (d->offset % esize != 0) {
-    lct__reply_error(rq, LCT_EINVAL, "device buffer not aligned to its %zu-byte elements", esize);
-    return 0;
-  }
-  return 1;
 }
 
 /* Maps the request's (checked) device buffer and points *ptr at it; replies
@@ -590,7 +584,7 @@ static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t 
   return ok;
 }
 
-/* The checks common to both _MANY ops: no payload, 1..LCT_DEVICE_ITEMS_MAX
+/* The checks common to the device ops: no payload, 1..LCT_DEVICE_ITEMS_MAX
  * items with distinct keys within max_key_length, each inside the device
  * buffer (alignment needs the element size: lct__batch_map_or_reply).
  * Allocates rq->batch. Replies itself and returns 0 on failure. */
@@ -604,13 +598,13 @@ static int lct__batch_or_reply(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "this operation needs a device buffer");
     return 0;
   }
-  if (h->n_items == 0 || h->n_items > LCT_DEVICE_ITEMS_MAX) {
-    lct__reply_error(rq, h->n_items ? LCT_E2BIG : LCT_EINVAL, "%zu items; a request takes 1 to %d", h->n_items,
+  if (rq->n_items == 0 || rq->n_items > LCT_DEVICE_ITEMS_MAX) {
+    lct__reply_error(rq, rq->n_items ? LCT_E2BIG : LCT_EINVAL, "%zu items; a request takes 1 to %d", rq->n_items,
                      LCT_DEVICE_ITEMS_MAX);
     return 0;
   }
   size_t dup = 0;
-  int distinct = lct__keys_distinct(h->items, h->n_items, &dup);
+  int distinct = lct__keys_distinct(rq->items, rq->n_items, &dup);
   if (distinct <= 0) {
     if (distinct < 0)
       lct__reply_error(rq, LCT_ENOMEM, "out of memory checking keys");
@@ -618,8 +612,8 @@ static int lct__batch_or_reply(lct__request *rq) {
       lct__reply_item_error(rq, LCT_EINVAL, dup, "key repeats an earlier item's");
     return 0;
   }
-  for (size_t i = 0; i < h->n_items; i++) {
-    const Lctpb__DeviceItem *it = h->items[i];
+  for (size_t i = 0; i < rq->n_items; i++) {
+    const Lctpb__DeviceItem *it = rq->items[i];
     if (it->key.len > (size_t)rq->srv->cfg.max_key_length) {
       lct__reply_item_error(rq, LCT_ENAMETOOLONG, i, "key of %zu bytes exceeds max_key_length %d", it->key.len,
                             rq->srv->cfg.max_key_length);
@@ -631,12 +625,12 @@ static int lct__batch_or_reply(lct__request *rq) {
       return 0;
     }
   }
-  rq->batch = calloc(h->n_items, sizeof *rq->batch);
+  rq->batch = calloc(rq->n_items, sizeof *rq->batch);
   if (rq->batch == NULL) {
-    lct__reply_error(rq, LCT_ENOMEM, "out of memory for %zu items", h->n_items);
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory for %zu items", rq->n_items);
     return 0;
   }
-  rq->n_batch = h->n_items;
+  rq->n_batch = rq->n_items;
   return 1;
 }
 
@@ -648,8 +642,8 @@ static int lct__batch_map_or_reply(lct__request *rq) {
   const Lctpb__Request *h = rq->hdr;
   for (size_t i = 0; i < rq->n_batch; i++) {
     const lct__batch_item *b = &rq->batch[i];
-    size_t esize = lct_dtype_size(rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY ? b->decl.dtype : b->entry->dtype);
-    if ((h->device->offset + h->items[i]->offset) % esize != 0) {
+    size_t esize = lct_dtype_size(b->entry == NULL ? b->decl.dtype : b->entry->dtype);
+    if ((h->device->offset + rq->items[i]->offset) % esize != 0) {
       lct__reply_item_error(rq, LCT_EINVAL, i, "buffer not aligned to its %zu-byte elements", esize);
       return 0;
     }
@@ -658,7 +652,7 @@ static int lct__batch_map_or_reply(lct__request *rq) {
   if (!lct__device_or_reply(rq, &span))
     return 0;
   for (size_t i = 0; i < rq->n_batch; i++)
-    rq->batch[i].device = span + h->items[i]->offset;
+    rq->batch[i].device = span + rq->items[i]->offset;
   return 1;
 }
 
@@ -691,7 +685,7 @@ static void lct__reply_batch(lct__request *rq) {
   free(metas), free(ptrs);
 }
 
-static void lct__batch_done(void *arg, int rc, size_t failed, const char *why) {
+static void lct__device_batch_ended(void *arg, int rc, size_t failed, const char *why) {
   lct__request *rq = arg;
   if (rc == 0)
     lct__reply_batch(rq);
@@ -704,74 +698,31 @@ static void lct__batch_done(void *arg, int rc, size_t failed, const char *why) {
 /* Starts the encode of the request's items; replies itself on failure. */
 static void lct__batch_put_begin(lct__request *rq) {
   size_t failed;
-  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq, &failed);
+  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_batch, lct__device_batch_ended, rq, &failed);
   if (rc == LCT_ENOSPC) {
     char why[160];
     snprintf(why, sizeof why, "the pool is full: %" PRIu64 " of %" PRIu64 " bytes in use",
              lct__pool_used(rq->srv->pool), lct__pool_capacity(rq->srv->pool));
-    lct__batch_done(rq, rc, failed, why);
+    lct__device_batch_ended(rq, rc, failed, why);
   } else if (rc != 0) {
-    lct__batch_done(rq, rc, rq->n_batch, "cannot start the encode");
+    lct__device_batch_ended(rq, rc, rq->n_batch, "cannot start the encode");
   }
 }
 
 /* Starts the decode of the request's items; replies itself on failure. */
 static void lct__batch_get_begin(lct__request *rq) {
-  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__batch_done, rq);
+  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__device_batch_ended, rq);
   if (rc != 0)
     lct__reply_error(rq, rc, "cannot start the decode");
 }
 
-/* The one item of PUT_DEVICE or GET_DEVICE; replies itself on failure. */
-static lct__batch_item *lct__batch_one(lct__request *rq) {
-  if ((rq->batch = calloc(1, sizeof *rq->batch)) == NULL) {
-    lct__reply_error(rq, LCT_ENOMEM, "out of memory for a request");
-    return NULL;
-  }
-  rq->n_batch = 1;
-  rq->batch->key = rq->hdr->key.data;
-  rq->batch->key_len = rq->hdr->key.len;
-  return rq->batch;
-}
-
-/* PUT_DEVICE and GET_DEVICE are device batches of one tensor. */
-static void lct__op_put_device(lct__request *rq) {
-  lct__put_decl d;
-  if (!lct__need_key(rq) || !lct__decl_or_reply(rq, &d))
-    return;
-  if (rq->frame.payload_len != 0) {
-    lct__reply_error(rq, LCT_EINVAL, "a device put carries no payload");
-    return;
-  }
-  uint8_t *src;
-  lct__batch_item *b;
-  if (!lct__device_fits_or_reply(rq, d.raw_bytes, 1, lct_dtype_size(d.dtype)) || !lct__device_or_reply(rq, &src) ||
-      (b = lct__batch_one(rq)) == NULL)
-    return;
-  b->decl = d;
-  b->device = src;
-  lct__batch_put_begin(rq);
-}
-
-static void lct__op_get_device(lct__request *rq) {
-  lct__entry *e = lct__find_to_read(rq);
-  uint8_t *dst;
-  lct__batch_item *b;
-  if (e == NULL || !lct__device_fits_or_reply(rq, e->raw_bytes, 0, lct_dtype_size(e->dtype)) ||
-      !lct__device_or_reply(rq, &dst) || (b = lct__batch_one(rq)) == NULL)
-    return;
-  lct__entry_ref(e); /* dropped with the request */
-  b->entry = e;
-  b->device = dst;
-  lct__batch_get_begin(rq);
-}
-
-static void lct__op_put_device_many(lct__request *rq) {
+/* Stores the request's items (PUT_DEVICE, PUT_DEVICE_MANY). */
+static void lct__put_items(lct__request *rq) {
   if (!lct__batch_or_reply(rq))
     return;
   const lct__config *cfg = &rq->srv->cfg;
   for (size_t i = 0; i < rq->n_batch; i++) {
-    const Lctpb__DeviceItem *it = rq->hdr->items[i];
+    const Lctpb__DeviceItem *it = rq->items[i];
     lct__batch_item *b = &rq->batch[i];
     char why[160];
     int rc = lct__decl_check(cfg, it->meta, &b->decl, why, sizeof why);
@@ -790,19 +741,17 @@ static void lct__op_put_device_many(lct__request *rq) {
     lct__batch_put_begin(rq);
 }
 
-static void lct__op_get_device_many(lct__request *rq) {
+/* Reads the request's items (GET_DEVICE, GET_DEVICE_MANY). */
+static void lct__get_items(lct__request *rq) {
   if (!lct__batch_or_reply(rq))
     return;
   for (size_t i = 0; i < rq->n_batch; i++) {
-    const Lctpb__DeviceItem *it = rq->hdr->items[i];
-    lct__entry *e = lct__store_find(rq->srv->store, it->key.data, it->key.len);
-    if (e == NULL) {
-      lct__reply_item_error(rq, LCT_ENOENT, i, "no such key");
-      return;
-    }
-    if (it->has_version && it->version != e->version) {
-      lct__reply_item_error(rq, LCT_ESTALE, i, "key is at version %" PRIu64 ", not %" PRIu64, e->version,
-                            it->version);
+    const Lctpb__DeviceItem *it = rq->items[i];
+    lct__entry *e;
+    char why[96];
+    int rc = lct__entry_to_read(rq->srv, &it->key, it->has_version, it->version, &e, why, sizeof why);
+    if (rc != 0) {
+      lct__reply_item_error(rq, rc, i, "%s", why);
       return;
     }
     if (it->size < e->raw_bytes) {
@@ -812,12 +761,54 @@ static void lct__op_get_device_many(lct__request *rq) {
     }
     lct__entry_ref(e); /* dropped with the request */
     rq->batch[i].entry = e;
-    rq->batch[i].key = it->key.data;
-    rq->batch[i].key_len = it->key.len;
   }
   if (lct__batch_map_or_reply(rq))
     lct__batch_get_begin(rq);
 }
+
+static void lct__many_items(lct__request *rq) {
+  rq->items = rq->hdr->items;
+  rq->n_items = rq->hdr->n_items;
+}
+
+static void lct__op_put_device_many(lct__request *rq) {
+  lct__many_items(rq);
+  lct__put_items(rq);
+}
+
+static void lct__op_get_device_many(lct__request *rq) {
+  lct__many_items(rq);
+  lct__get_items(rq);
+}
+
+/* PUT_DEVICE and GET_DEVICE are their _MANY ops with one item: the
+ * request's key, meta and version over the whole device buffer. */
+static int lct__one_item(lct__request *rq) {
+  const Lctpb__Request *h = rq->hdr;
+  if (!lct__need_key(rq))
+    return 0;
+  lctpb__device_item__init(&rq->one);
+  rq->one.key = h->key;
+  rq->one.meta = h->meta;
+  rq->one.size = h->device != NULL ? h->device->size : 0;
+  rq->one.has_version = h->has_version;
+  rq->one.version = h->version;
+  rq->one_ptr = &rq->one;
+  rq->items = &rq->one_ptr;
+  rq->n_items = 1;
+  return 1;
+}
+
+static void lct__op_put_device(lct__request *rq) {
+  if (lct__one_item(rq))
+    lct__put_items(rq);
+}
+
+static void lct__op_get_device(lct__request *rq) {
+  if (lct__one_item(rq))
+    lct__get_items(rq);
+}
+
 
 static void lct__op_delete(lct__request *rq) {
   if (!lct__need_key(rq))
@@ -1022,12 +1013,23 @@ static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   job->rqs = rqs;
   job->n_rqs = n;
   job->written.data = job;
-  srv->saving = job->snap;
+  srv->saving = job;
   job->threaded = uv_thread_create(&job->writer, lct__save_write, job) == 0;
   if (!job->threaded) {
     lct__log_warn("persist: cannot start a thread for the save; the loop writes it");
     lct__save_write(job);
   }
+}
+
+void lct__save_abandon(lct__server *srv) {
+  lct__save_job *job = srv->saving;
+  if (job == NULL)
+    return;
+  if (job->threaded)
+    uv_thread_join(&job->writer);
+  lct__persist_result r;
+  lct__persist_end(srv, job->snap, &r);
+  srv->saving = NULL; /* the job and its handle go with the process */
 }
 
 static void lct__op_save(lct__request *rq) {

@@ -13,4 +13,9 @@ struct lct__server;
  * (malloc'd; NULL when out of memory): the STATS payload and GET /metrics. */
 char *lct__stats_text(struct lct__server *srv, size_t *len);
 
+/* For a stop that cannot wait for the loop: waits for the save being
+ * written, if any, to finish its files and marks what it wrote (its SAVE
+ * requests go unanswered). */
+void lct__save_abandon(struct lct__server *srv);
+
 #endif

@@ -56,12 +56,8 @@ static void lct__drain_expired(uv_timer_t *t) {
   /* A save being written would collide with the final one: it ends first
    * (the final save, too, takes as long as the disk does), and what it wrote
    * is not written again. Its SAVE requests go unanswered, as the others. */
+  lct__save_abandon(srv);
   lct__persist_result r;
-  if (srv->saving != NULL) {
-    lct__persist_wait(srv->saving);
-    lct__persist_end(srv, srv->saving, &r);
-    srv->saving = NULL;
-  }
   if (*srv->cfg.persist_dir != '\0' && lct__persist_save(srv, &r) != 0)
     _exit(1);
   _exit(0);

@@ -5,12 +5,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "lct_checksum.h"
@@ -99,7 +97,6 @@ struct lct__snapshot {
   size_t n, cap;
   int rc;            /* LCT_EIO when the directory itself failed */
   lct__persist_result r;
-  atomic_int written_all; /* set when write returns */
 };
 
 /* Writes one entry to a temporary file and renames it into place. */
@@ -210,7 +207,7 @@ int lct__persist_begin(lct__server *srv, lct__snapshot **out) {
 
 static int lct__name_cmp(const void *a, const void *b) { return strcmp(a, b); }
 
-static void lct__write_files(lct__snapshot *sv) {
+void lct__persist_write(lct__snapshot *sv) {
   sv->rc = LCT_EIO;
   sv->dir = open(sv->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (sv->dir < 0) {
@@ -231,22 +228,20 @@ static void lct__write_files(lct__snapshot *sv) {
     sv->written[i] = 1;
     sv->r.written++;
   }
-  /* Files of keys deleted before the save began. */
-  char(*sorted)[LCT__SNAP_NAME + 1] = malloc((sv->n ? sv->n : 1) * sizeof *sorted);
-  int dfd = sorted != NULL ? dup(sv->dir) : -1;
+  /* Files of keys deleted before the save began. The names are sorted in
+   * place: nothing reads them by entry after the writes. */
+  int dfd = dup(sv->dir);
   DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
   if (d == NULL) {
     if (dfd >= 0)
       close(dfd);
-    lct__log_error("persist: cannot list %s: %s", sv->dir_path, sorted == NULL ? "out of memory" : strerror(errno));
-    free(sorted);
+    lct__log_error("persist: cannot list %s: %s", sv->dir_path, strerror(errno));
     return;
   }
-  memcpy(sorted, sv->names, sv->n * sizeof *sorted);
-  qsort(sorted, sv->n, sizeof *sorted, lct__name_cmp);
+  qsort(sv->names, sv->n, sizeof *sv->names, lct__name_cmp);
   for (struct dirent *de; (de = readdir(d)) != NULL;) {
     if (lct__is_snap_name(de->d_name) &&
-        bsearch(de->d_name, sorted, sv->n, sizeof *sorted, lct__name_cmp) == NULL) {
+        bsearch(de->d_name, sv->names, sv->n, sizeof *sv->names, lct__name_cmp) == NULL) {
       if (unlinkat(sv->dir, de->d_name, 0) == 0)
         sv->r.removed++;
       else
@@ -254,23 +249,11 @@ static void lct__write_files(lct__snapshot *sv) {
     }
   }
   closedir(d);
-  free(sorted);
   if (fsync(sv->dir) != 0) {
     lct__log_error("persist: fsync %s: %s", sv->dir_path, strerror(errno));
     return;
   }
   sv->rc = sv->r.failed == 0 ? 0 : LCT_EIO;
-}
-
-void lct__persist_write(lct__snapshot *sv) {
-  lct__write_files(sv);
-  atomic_store_explicit(&sv->written_all, 1, memory_order_release);
-}
-
-void lct__persist_wait(lct__snapshot *sv) {
-  const struct timespec tick = {0, 10 * 1000 * 1000};
-  while (!atomic_load_explicit(&sv->written_all, memory_order_acquire))
-    nanosleep(&tick, NULL);
 }
 
 int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r) {
@@ -391,9 +374,11 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
         (i > 0 && i + 1 < n_seg && sg->raw_bytes != e->segments[0].raw_bytes) ||
         (i + 1 < n_seg && sg->raw_bytes == 0) || blob > budget - blob_total)
       goto fail;
-    *why = "segment larger than segment_size (decoders hold one segment at a time)";
-    if (sg->raw_bytes > srv->cfg.segment_size)
+    if (sg->raw_bytes > srv->cfg.segment_size) { /* saved under a larger segment_size: intact, set aside */
+      rc = LCT_E2BIG;
+      *why = "segment larger than segment_size (decoders hold one segment at a time)";
       goto fail;
+    }
     sg->blob_bytes = (size_t)blob;
     raw_off += sg->raw_bytes;
     blob_total += blob;

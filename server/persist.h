@@ -27,10 +27,6 @@ int lct__persist_begin(lct__server *srv, lct__snapshot **out);
 void lct__persist_write(lct__snapshot *sv);
 int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r);
 
-/* Waits for a save's write to return, from a stop that cannot wait for the
- * loop to end it. */
-void lct__persist_wait(lct__snapshot *sv);
-
 /* The three steps in a row, on the calling (loop) thread: at stop. */
 int lct__persist_save(lct__server *srv, lct__persist_result *r);
 

@@ -30,7 +30,7 @@ typedef struct lct__server {
   uint8_t boot_id[LCT_BOOT_ID_BYTES]; /* this host's (lct_wire_boot_id); zero if unreadable */
   int threads; /* codec worker threads (the libuv threadpool size) */
   uint64_t codebook_ids; /* the last lct__entry.codebook_id given */
-  lct__snapshot *saving;              /* the save being written (handlers.c), or NULL */
+  struct lct__save_job *saving;       /* the save being written (handlers.c), or NULL */
   struct lct__request **save_waiting; /* SAVE requests that came during it: the next save's */
   size_t n_save_waiting;
 } lct__server;

@@ -929,6 +929,58 @@ Test(client, device_many_requests_checked, .init = start_default, .fini = stop) 
   lct_close(c);
 }
 
+/* Sends PUT_DEVICE (meta: a put) or GET_DEVICE of key over dev; returns its
+ * status, and whether the reply named an item (a single op names none). */
+static uint32_t one_call(raw_conn *r, const char *key, Lctpb__TensorMeta *meta, Lctpb__DeviceBuffer *dev,
+                         int *named) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = meta != NULL ? LCTPB__OP__OP_PUT_DEVICE : LCTPB__OP__OP_GET_DEVICE;
+  raw_key(&rq, key);
+  rq.meta = meta;
+  rq.device = dev;
+  Lctpb__Reply *rp;
+  uint32_t s = raw_call(r, &rq, NULL, 0, &rp);
+  *named = rp->has_failed_item;
+  lctpb__reply__free_unpacked(rp, NULL);
+  return s;
+}
+
+Test(client, device_single_requests_checked, .init = start_default, .fini = stop) {
+  /* PUT_DEVICE and GET_DEVICE take the checks of their _MANY ops, with the
+   * request's key, meta and version over the whole device buffer. */
+  lct_client *c = test_connect(daemon_.ipc);
+  raw_conn r = raw_open(daemon_.ipc);
+  uint64_t shape[1] = {256};
+  Lctpb__TensorMeta meta = LCTPB__TENSOR_META__INIT;
+  meta.has_dtype = 1;
+  meta.dtype = LCT_DTYPE_F32;
+  meta.n_shape = 1;
+  meta.shape = shape;
+  Lctpb__DeviceBuffer dev = fake_device(1024);
+  int named;
+  cr_assert_eq(one_call(&r, "s", &meta, NULL, &named), (uint32_t)-LCT_EINVAL, "no device buffer");
+  cr_assert_not(named);
+  dev.size = 1020;
+  cr_assert_eq(one_call(&r, "s", &meta, &dev, &named), (uint32_t)-LCT_ESIZE, "size is not the tensor's");
+  dev.size = 1024;
+  dev.offset = 2;
+  cr_assert_eq(one_call(&r, "s", &meta, &dev, &named), (uint32_t)-LCT_EINVAL, "not aligned to its elements");
+  dev.offset = 0;
+  uint64_t fallbacks = test_stats(c).device_fallbacks;
+  cr_assert_eq(one_call(&r, "s", &meta, &dev, &named), (uint32_t)-LCT_ENOIPC, "well-formed: the host path");
+  cr_assert_eq(test_stats(c).device_fallbacks, fallbacks + 1);
+  cr_assert_eq(one_call(&r, "s", NULL, &dev, &named), (uint32_t)-LCT_ENOENT);
+  uint8_t data[1024] = {0};
+  put_ok(c, "s", LCT_DTYPE_F32, data, sizeof data, NULL);
+  dev.size = 1000;
+  cr_assert_eq(one_call(&r, "s", NULL, &dev, &named), (uint32_t)-LCT_EBUFSIZE);
+  dev.size = 4096; /* a larger buffer serves a get */
+  cr_assert_eq(one_call(&r, "s", NULL, &dev, &named), (uint32_t)-LCT_ENOIPC);
+  cr_assert_not(named);
+  nn_close(r.sock);
+  lct_close(c);
+}
+
 /* ---- background device jobs ------------------------------------------------- */
 
 /* n zero-byte f32 items "<prefix><i>": they take the host path without a GPU,

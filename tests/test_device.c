@@ -74,8 +74,7 @@ Test(device, round_trip_device_to_device, .fini = stop) {
   start("cuda");
   lct_client *c = test_connect(lctd.ipc);
   round_trip(c);
-  lct_server_stats st;
-  cr_assert_eq(lct_stats(c, &st, NULL), 0);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.device_puts, N_SLICES);
   cr_assert_eq(st.device_gets, N_SLICES);
   cr_assert_eq(st.device_fallbacks, 0, "no fallback: %s", lct_last_error(c));
@@ -119,8 +118,7 @@ Test(device, mapping_cached_and_checked, .fini = stop) {
   cr_assert_eq(info.raw_bytes, bytes, "info says the size needed");
   cr_assert_eq(lct_put_device(c, "x", LCT_DTYPE_F32, shape, 2, host, bytes, NULL), LCT_EINVAL);
   cr_assert_eq(lct_put_device(c, "x", LCT_DTYPE_F32, shape, 2, a, bytes - 4, NULL), LCT_ESIZE);
-  lct_server_stats st;
-  cr_assert_eq(lct_stats(c, &st, NULL), 0);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.device_puts, 6);
   cr_assert_eq(st.device_gets, 5);
   cr_assert_eq(st.device_fallbacks, 0);
@@ -178,8 +176,7 @@ Test(device, cpu_backend_falls_back, .fini = stop) {
   start("cpu");
   lct_client *c = test_connect(lctd.ipc);
   round_trip(c);
-  lct_server_stats st;
-  cr_assert_eq(lct_stats(c, &st, NULL), 0);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.device_puts, 0);
   cr_assert_eq(st.device_gets, 0);
   cr_assert_eq(st.device_fallbacks, 2 * N_SLICES);
@@ -247,8 +244,7 @@ Test(device, many_round_trip_and_drift, .fini = stop) {
   lct_device_tensor put[N_SLICES], get[N_SLICES];
   slices_items(&s, "many/", src, keys, info, put);
   size_t failed = 99;
-  lct_server_stats st0;
-  cr_assert_eq(lct_stats(c, &st0, NULL), 0);
+  lct_server_stats st0 = test_stats(c);
   /* First put builds the codebooks; the second reuses them; a drifted third rebuilds. */
   for (int round = 0; round < 2; round++) {
     int rc = lct_put_device_many(c, put, N_SLICES, &failed);
@@ -260,8 +256,7 @@ Test(device, many_round_trip_and_drift, .fini = stop) {
       cr_assert_lt(info[i].stored_bytes, s.bytes[i], "%s is compressed", slices[i]);
     }
   }
-  lct_server_stats st1;
-  cr_assert_eq(lct_stats(c, &st1, NULL), 0);
+  lct_server_stats st1 = test_stats(c);
   cr_assert_eq(st1.codebook_builds - st0.codebook_builds, N_SLICES, "built once per key, then reused");
   cr_assert_eq(st1.device_puts - st0.device_puts, 2 * N_SLICES);
   slices_items(&s, "many/", dst, keys, info, get);
@@ -296,8 +291,7 @@ Test(device, many_round_trip_and_drift, .fini = stop) {
       if (round == 2) refit[i] = info[i].stored_bytes;
     }
   }
-  lct_server_stats st2;
-  cr_assert_eq(lct_stats(c, &st2, NULL), 0);
+  lct_server_stats st2 = test_stats(c);
   cr_assert_geq(st2.codebook_rebuilds - st1.codebook_rebuilds, 1, "drift rebuilds codebooks");
   int smaller = 0;
   for (size_t i = 0; i < N_SLICES; i++) smaller += refit[i] < drifted[i];
@@ -393,8 +387,7 @@ Test(device, many_cpu_backend_falls_back, .fini = stop) {
     cr_assert_eq(memcmp(back + s.at[i], s.host[i], s.bytes[i]), 0, "%s through the host path", slices[i]);
     cr_assert_eq(info[i].checksum, lct_crc32c(0, s.host[i], s.bytes[i]));
   }
-  lct_server_stats st;
-  cr_assert_eq(lct_stats(c, &st, NULL), 0);
+  lct_server_stats st = test_stats(c);
   cr_assert_eq(st.device_fallbacks, 2, "one fallback per request");
   free(back);
   slices_free(&s);

@@ -439,6 +439,29 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual(len([f for f in os.listdir(pdir) if f.endswith(".corrupt")]), 3,
                          "a save never removes a file set aside")
 
+    def test_persist_larger_segments_set_aside_intact(self):
+        # Files saved with segments larger than the restarted lctd's
+        # segment_size are intact: set aside as .unloaded, not .corrupt, and
+        # restored by an lctd with room for them.
+        pdir = os.path.join(self.tmp, "state")
+        d = self.start("--persist-dir", pdir, "--segment-size", "256K", "--log-level", "warn")
+        c = d.client()
+        value = bytes(range(256)) * 2048  # 512 KiB raw: two 256 KiB segments
+        c.put("big", value, dtype="raw")
+        c.close()
+        self.assertEqual(d.stop(), 0)
+        d2 = self.start("--persist-dir", pdir, "--segment-size", "64K", "--log-level", "warn")
+        self.assertEqual(list(d2.client().list()), [])
+        self.assertEqual(d2.stop(), 0)
+        self.assertIn("does not fit", d2.stderr())
+        aside = [f for f in os.listdir(pdir) if not f.startswith(".")]
+        self.assertEqual(len(aside), 1)
+        self.assertTrue(aside[0].endswith(".unloaded"), aside)
+        os.rename(os.path.join(pdir, aside[0]), os.path.join(pdir, aside[0][:-len(".unloaded")]))
+        d3 = self.start("--persist-dir", pdir, "--segment-size", "256K", "--log-level", "warn")
+        self.assertEqual(bytes(d3.client().get("big")), value)
+        self.assertEqual(d3.stop(), 0)
+
     def test_save_keeps_serving(self):
         # A save writes its files on a thread of its own: another client's
         # puts and gets are served while it runs, even by one codec thread,
@@ -459,6 +482,7 @@ class ServiceTest(unittest.TestCase):
             deadline = time.monotonic() + 60
             while first.is_alive() and metric(scrape(d.http)[2], "lct_requests_in_flight") < 1:
                 self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.005)
             if first.is_alive():
                 # ... and meanwhile another client is answered.
                 other.ping()
@@ -501,6 +525,7 @@ class ServiceTest(unittest.TestCase):
         deadline = time.monotonic() + 60
         while saving.is_alive() and metric(scrape(d.http)[2], "lct_requests_in_flight") < 1:
             self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.005)
         self.assertTrue(saving.is_alive(), "the save ended before the stop could cut it off")
         d.terminate()
         self.assertEqual(d.proc.wait(timeout=60), 0, d.stderr())

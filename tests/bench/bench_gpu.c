@@ -381,6 +381,25 @@ static size_t gpt_shapes(uint64_t *elems) {
   return k;
 }
 
+/* Times a CRC op over n tensors of the given byte sizes laid out in host
+ * back to back, its results (d_crc[0 .. n)) cleared first and then checked
+ * against lct_crc32c's. */
+static double time_checked_crc(const bench_ctx *c, int op, const op_args *a, uint32_t *d_crc, size_t n,
+                               const uint64_t *bytes, const uint8_t *host, const char *what) {
+  GPU_TRY(cudaMemset(d_crc, 0xff, sizeof(uint32_t) * n));
+  const double ms = time_op(c, op, a);
+  uint32_t *h_crc = malloc(sizeof(uint32_t) * n);
+  GPU_TRY(cudaMemcpy(h_crc, d_crc, sizeof(uint32_t) * n, cudaMemcpyDeviceToHost));
+  for (size_t i = 0, at = 0; i < n; at += bytes[i], i++) {
+    if (h_crc[i] != lct_crc32c(0, host + at, bytes[i])) {
+      fprintf(stderr, "lct-bench gpu: %s, tensor %zu: CRC-32C differs from lct_crc32c's\n", what, i);
+      exit(1);
+    }
+  }
+  free(h_crc);
+  return ms;
+}
+
 static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   const int dtype = LCT_DTYPE_BF16;
   uint64_t elems[BATCH_TENSORS];
@@ -455,10 +474,11 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   b->dec_batch_ms = time_op(c, OP_DECODE_BATCH, &a);
   b->enc_each_ms = time_op(c, OP_ENCODE_EACH, &a);
   b->dec_each_ms = time_op(c, OP_DECODE_EACH, &a);
-  b->crc_batch_ms = time_op(c, OP_CRC_BATCH, &a);
-  b->crc_each_ms = time_op(c, OP_CRC_EACH, &a);
-  uint32_t *h_crc = malloc(sizeof(uint32_t) * b->count);
-  GPU_TRY(cudaMemcpy(h_crc, d_crc, sizeof(uint32_t) * b->count, cudaMemcpyDeviceToHost));
+  uint64_t *tensor_bytes = malloc(8 * b->count);
+  for (size_t i = 0; i < b->count; i++) tensor_bytes[i] = elems[i] * 2;
+  b->crc_batch_ms = time_checked_crc(c, OP_CRC_BATCH, &a, d_crc, b->count, tensor_bytes, host, "batched CRC");
+  b->crc_each_ms = time_checked_crc(c, OP_CRC_EACH, &a, d_crc, b->count, tensor_bytes, host, "CRC per tensor");
+  free(tensor_bytes);
   int *h_status = malloc(sizeof(int) * b->count);
   GPU_TRY(cudaMemcpy(h_status, status, sizeof(int) * b->count, cudaMemcpyDeviceToHost));
   at = src_at = 0;
@@ -468,10 +488,6 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
     GPU_TRY(cudaMemcpy(back + at, dst + src_at, bytes, cudaMemcpyDeviceToHost));
     if (h_status[i]) {
       fprintf(stderr, "lct-bench gpu: batch tensor %zu: status %d\n", i, h_status[i]);
-      exit(1);
-    }
-    if (h_crc[i] != lct_crc32c(0, host + at, bytes)) {
-      fprintf(stderr, "lct-bench gpu: batch tensor %zu: CRC-32C differs from lct_crc32c's\n", i);
       exit(1);
     }
     at += bytes;
@@ -509,7 +525,7 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   b->enc_one_ms = time_op(c, OP_ENCODE, &o);
   GPU_TRY(cudaMemcpy(&o.blob_bytes, o.d_size, 8, cudaMemcpyDeviceToHost));
   b->dec_one_ms = time_op(c, OP_DECODE, &o);
-  b->crc_one_ms = time_op(c, OP_CRC, &o);
+  b->crc_one_ms = time_checked_crc(c, OP_CRC, &o, o.d_crc, 1, &b->total_bytes, host, "CRC of one tensor");
 
   lct_cuda_codebook_destroy(one_cb);
   for (size_t i = 0; i < b->count; i++) lct_cuda_codebook_destroy(cbs[i]);
@@ -523,7 +539,6 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   GPU_TRY(cudaFree(dst));
   GPU_TRY(cudaFree(src));
   free(back);
-  free(h_crc);
   free(h_status);
   free(h_sizes);
   free(cbs);

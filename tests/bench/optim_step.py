@@ -16,13 +16,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
+from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
 
@@ -64,17 +64,9 @@ def step(opt, ps, k):
     return (t1 - t0) * 1e3, (c1 - c0) * 1e3, (time.perf_counter() - t1) * 1e3
 
 
-endpoint = f"ipc:///tmp/lct-optim-step-{os.getpid()}.sock"
-lctd = subprocess.Popen([a.lctd, "--backend", "cuda", "--memory", "6G", "--listen", endpoint, "--log-level", "warn"],
-                        stderr=open(os.path.join(a.out, "lctd.log"), "w"))
+lctd = Lctd(backend="cuda", memory="6G", binary=a.lctd, stderr=open(os.path.join(a.out, "lctd.log"), "w"))
 try:
-    for _ in range(100):
-        try:
-            lct.Client(endpoint).ping()
-            break
-        except lct.LctError:
-            time.sleep(0.1)
-    client = lct.Client(endpoint)
+    client = lct.Client(lctd.endpoint)
     runs = {"torch": (params(),), "lctd": (params(),)}
     runs["torch"] += (torch.optim.AdamW(runs["torch"][0], foreach=False, fused=False, **HYPER),)
     runs["lctd"] += (lct.optim.OffloadedAdamW(runs["lctd"][0], client, scratch_bytes=a.scratch_mib << 20,
@@ -87,9 +79,9 @@ try:
     same = all(torch.equal(x, y) for x, y in zip(runs["torch"][0], runs["lctd"][0]))
     if not same:  # not an assert: it must hold under python -O too
         raise SystemExit("OffloadedAdamW diverged from torch AdamW")
+    client.close()
 finally:
-    lctd.terminate()
-    lctd.wait()
+    lctd.stop()
 
 kept = {m: t[a.skip:] for m, t in times.items()}
 med = {m: [statistics.median(x[i] for x in t) for i in range(3)] for m, t in kept.items()}

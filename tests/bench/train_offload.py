@@ -18,7 +18,6 @@ import os
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -28,7 +27,8 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
+from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
 
@@ -186,18 +186,10 @@ def server_seconds(metrics_port):
 
 
 port, metrics_port = free_port(), free_port()
-ipc = f"ipc:///tmp/lct-train-{os.getpid()}.sock"
-lctd = subprocess.Popen([a.lctd, "--backend", "cuda", "--memory", "6G", "--listen", ipc,
-                         "--listen", f"tcp://127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics_port}"] + a.lctd_arg,
-                        stderr=open(os.path.join(a.out, "lctd.log"), "w"))
+lctd = Lctd("--listen", f"tcp://127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics_port}", *a.lctd_arg,
+            backend="cuda", memory="6G", binary=a.lctd, stderr=open(os.path.join(a.out, "lctd.log"), "w"))
 try:
-    for _ in range(100):
-        try:
-            lct.Client(ipc).ping()
-            break
-        except lct.LctError:
-            time.sleep(0.1)
-    clients = {"ipc": lct.Client(ipc), "tcp": lct.Client(f"tcp://127.0.0.1:{port}")}
+    clients = {"ipc": lct.Client(lctd.endpoint), "tcp": lct.Client(f"tcp://127.0.0.1:{port}")}
     results = {}
     # Untimed steps first: the GPU's clocks and PyTorch's caches settle before
     # the first timed mode (else the baseline, timed first, runs slow).
@@ -276,9 +268,10 @@ try:
         print(f"{mode}: longest context under {a.cap_gib} GiB: {best}", flush=True)
     results["context_cap_gib"] = a.cap_gib
     results["longest_context"] = ctx
+    for client in clients.values():
+        client.close()
 finally:
-    lctd.terminate()
-    lctd.wait(timeout=60)
+    lctd.stop()
 
 json.dump(results, open(os.path.join(a.out, "train.json"), "w"), indent=1)
 t, i = results["torch"], results["ipc"]

@@ -608,12 +608,7 @@ class Batch:
             else:
                 stream = None  # a bare handle: synchronize the whole GPU
         client, put = self.client, self.put
-        for i in self._single:
-            key, value = self.items[i]
-            if put:
-                self._infos[i] = client.put(key, value)
-            else:
-                client.get(key, out=value)
+        self._one_by_one(self._single)
         batch = self._batch
         if not batch:
             return
@@ -635,17 +630,20 @@ class Batch:
             if e.code != error_code("LCT_ENODEV"):
                 raise self._at_fault(e, failed.value)
             _device_path = False  # this liblct was built without CUDA: one by one through host memory
-            for i, _, _, _ in batch:
-                key, value = self.items[i]
-                if put:
-                    self._infos[i] = client.put(key, value)
-                else:
-                    client.get(key, out=value)
+            self._one_by_one([i for i, _, _, _ in batch])
             self._pack()
             return
         first_error = self._received()
         if first_error is not None:
             raise first_error
+
+    def _one_by_one(self, indices):
+        for i in indices:
+            key, value = self.items[i]
+            if self.put:
+                self._infos[i] = self.client.put(key, value)
+            else:
+                self.client.get(key, out=value)
 
     @property
     def submittable(self):
@@ -809,10 +807,10 @@ class Job:
 
 
 def _failure(job):
-    """The error a job (waited for here if need be) raises, or None."""
+    """Waits for a job (anything with wait()); the exception it raised, or None."""
     try:
         job.wait()
-    except LctError as e:
+    except Exception as e:  # noqa: BLE001 - returned to be looked at
         return e
     return None
 

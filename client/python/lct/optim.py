@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from .client import Batch, LctError, error_code
+from .client import Batch, LctError, _canceled, _failure, error_code
 
 _LOST = (error_code("LCT_ETIMEDOUT"), error_code("LCT_ECONN"))  # a request whose fate is unknown
 
@@ -336,10 +336,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return self._movers[bool(put)]
 
     def _put_raw(self, items, event, after):
-        if after is not None:
-            after.wait()
-        if event is not None:
-            event.synchronize()
+        _await(event, after)
         for key, t in items:
             self._store_client.put(key, t, dtype="raw")
 
@@ -373,9 +370,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def _plan(self, layout, buf, ready):
         """A group's states in its part of the scratch (buf), as views, and
         the values of its requests."""
-        typed = {}
+        typed, fetch_keys = {}, []
         plan = _Plan(layout, ready)
-        fresh_any = False
         for group, p, size, strides, at, dtype, keys in layout.entries:
             if dtype not in typed:
                 base = buf.view(dtype)
@@ -387,13 +383,13 @@ class OffloadedAdamW(torch.optim.Optimizer):
             master = views[3] if len(views) == 4 else None
             moved = (m, v) if master is None else (m, v, master)
             fresh = not self.state[p]  # its state is made at its update, when its keys are about to exist
-            fresh_any |= fresh
             if not fresh:
                 plan.fetch += moved
+                fetch_keys += keys
             (plan.coded if dtype in _CODED else plan.raw).extend(moved)
             plan.work.append((group, p, m, v, tmp, master, fresh))
-        if fresh_any:
-            plan.fetch_keys = tuple(k for _, p, _, _, _, _, keys in layout.entries if self.state[p] for k in keys)
+        if len(fetch_keys) < len(layout.fetch_keys):
+            plan.fetch_keys = tuple(fetch_keys)
         return plan
 
     def _update(self, plan):
@@ -483,15 +479,6 @@ class _Plan:
         self.fetch, self.coded, self.raw, self.work = [], [], [], []
 
 
-def _failure(job):
-    """Waits for a job; the exception it raised, or None."""
-    try:
-        job.wait()
-    except BaseException as e:  # noqa: BLE001 - returned to be looked at
-        return e
-    return None
-
-
 class _ThreadJob:
     """A request on a mover thread, waited for like a Job: fn(*args, event,
     after) runs after the job `after` (if any) succeeded."""
@@ -503,14 +490,18 @@ class _ThreadJob:
         self._future.result()
 
 
-def _send_batch(batch, event, after):
-    if after is not None:
-        try:
-            after.wait()
-        except LctError as e:
-            raise LctError(error_code("LCT_ECANCELED"), f"the job it waited for failed: {e}") from e
+def _await(event, after):
+    """On a mover thread, what a liblct job waits for before its request:
+    the job after (its failure cancels this one), then the CUDA event."""
+    failure = _failure(after) if after is not None else None
+    if failure is not None:
+        raise _canceled(failure)
     if event is not None:
         event.synchronize()
+
+
+def _send_batch(batch, event, after):
+    _await(event, after)
     batch.send()
 
 

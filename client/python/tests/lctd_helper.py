@@ -1,4 +1,4 @@
-"""lctd_helper.py — starts a real lctd (cpu backend) on a private ipc endpoint for a test module.
+"""lctd_helper.py — starts a real lctd on a private ipc endpoint, for a test module (cpu backend) or a benchmark.
 
 Environment: LCT_LCTD, the lctd binary (default build/bin/lctd of this
 checkout); LCT_LIBRARY, liblct.so (see lct/_native.py for the default
@@ -31,17 +31,19 @@ def _die_with_parent():
 
 
 class Lctd:
-    """One lctd process; stop() requires a clean exit (status 0)."""
+    """One lctd process; stop() requires a clean exit (status 0). extra:
+    more arguments (another --listen, say); binary: None for $LCT_LCTD or
+    this checkout's build; stderr: where its log goes (inherited)."""
 
-    def __init__(self, *extra):
-        binary = os.environ.get("LCT_LCTD") or str(REPO / "build" / "bin" / "lctd")
+    def __init__(self, *extra, backend="cpu", memory="256M", binary=None, stderr=None):
+        binary = binary or os.environ.get("LCT_LCTD") or str(REPO / "build" / "bin" / "lctd")
         if not os.access(binary, os.X_OK):
             raise RuntimeError(f"lctd not found at {binary}: build it or set LCT_LCTD")
         self.endpoint = f"ipc:///tmp/lct-py-{os.getpid()}-{next(_serial)}.sock"
         self.proc = subprocess.Popen(
-            [binary, "--backend", "cpu", "--listen", self.endpoint, "--memory", "256M",
+            [binary, "--backend", backend, "--listen", self.endpoint, "--memory", memory,
              "--log-level", "warn", *extra],
-            preexec_fn=_die_with_parent)
+            preexec_fn=_die_with_parent, stderr=stderr)
         deadline = time.monotonic() + 20
         while True:
             if self.proc.poll() is not None:

@@ -70,6 +70,9 @@ typedef struct lct_cuda_encode_item {
   uint64_t *code_bits;                /* device (or pinned: slow, an atomic per chunk crosses the bus), 8-byte
                                          aligned, or NULL: the kernel adds the item's code bits as
                                          lct_encode_stats.code_bits counts them (the caller zeroes it) */
+  uint64_t *hist;                     /* device, 8-byte aligned, 2^s counters, or NULL: the kernel adds the
+                                         item's symbol counts as lct_cuda_histogram does (the caller zeroes
+                                         them), in the same pass: what a codebook rebuild needs */
 } lct_cuda_encode_item;
 
 /* Workspace bytes for encoding these items in one call (a few bytes per chunk). */

@@ -20,7 +20,8 @@ int check_item(const lct_cuda_encode_item *it) {
   if (it->n_elems > UINT64_MAX / 8 || lct_chunk_count(it->n_elems) >= kMaxItemsPerLaunch) return LCT_E2BIG;
   if ((it->n_elems && !it->src) || ((uintptr_t)it->src % w)) return LCT_EINVAL;
   if (!it->dst || ((uintptr_t)it->dst & 7) || !it->blob_bytes || ((uintptr_t)it->blob_bytes & 7)) return LCT_EINVAL;
-  if ((uintptr_t)it->code_bits & 7) return LCT_EINVAL;
+  if ((uintptr_t)it->code_bits & 7 || (uintptr_t)it->hist & 7) return LCT_EINVAL;
+  if (it->hist && !lct_dtype_symbol_bits(it->dtype)) return LCT_EINVAL;
   if (it->cap < lct_encode_bound(it->dtype, it->n_elems)) return LCT_EBUFSIZE;
   return 0;
 }
@@ -66,6 +67,7 @@ struct encode_launch {
       t.n_elems = it->n_elems;
       t.blob_bytes = it->blob_bytes;
       t.code_bits = reinterpret_cast<unsigned long long *>(it->code_bits);
+      t.hist = reinterpret_cast<unsigned long long *>(it->hist);
       t.begin = (uint32_t)n_items;
       t.aligned = ((uintptr_t)it->src & 15) == 0;
       n_items += w;
@@ -107,6 +109,6 @@ extern "C" int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t c
 extern "C" int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems,
                                void *dst, size_t cap, uint64_t *blob_bytes, void *workspace, size_t workspace_bytes,
                                cudaStream_t stream) {
-  const lct_cuda_encode_item it = {dtype, codebook, src, n_elems, dst, cap, blob_bytes, NULL};
+  const lct_cuda_encode_item it = {dtype, codebook, src, n_elems, dst, cap, blob_bytes, NULL, NULL};
   return lct_cuda_encode_batch(&it, 1, workspace, workspace_bytes, stream);
 }

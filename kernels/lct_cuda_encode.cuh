@@ -18,6 +18,7 @@ struct lct__enc_tensor {
   uint64_t n_elems;
   uint64_t *blob_bytes;
   unsigned long long *code_bits; /* or NULL */
+  unsigned long long *hist;      /* 2^s symbol counters, or NULL */
   uint32_t begin;   /* its first work item (chunk, or the header of an empty tensor) in the launch */
   uint32_t aligned; /* src is 16-byte aligned */
 };
@@ -149,6 +150,15 @@ __device__ static inline void lct__pack_mant_k(unsigned k, const uint32_t *x, ui
   }
 }
 
+/* Counts the symbols of this thread's first nv elements into the block's bins. */
+template <unsigned W, unsigned M>
+__device__ static inline void lct__count_symbols(const uint32_t *x, uint32_t *bins, unsigned nv) {
+#pragma unroll
+  for (unsigned e = 0; e < LCT__EPT; e++) {
+    if (e < nv) atomicAdd(&bins[lct__elem<W>(x, e) >> M], 1u);
+  }
+}
+
 /* Sum of the code bits of this thread's first nv elements (FULL: all 32). */
 template <unsigned W, unsigned M, bool FULL>
 __device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32_t *enc, unsigned nv) {
@@ -197,6 +207,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
 
   extern __shared__ uint32_t stage[];
   __shared__ uint32_t s_enc[S ? 1u << S : 1];
+  __shared__ uint32_t s_hist[S ? 1u << S : 1]; /* the chunk's symbol counts, when the tensor takes them */
   __shared__ uint32_t s_wbits[16], s_wchk[16], s_wor[16], s_lane_bits[32];
   __shared__ uint32_t s_item;
   __shared__ uint64_t s_excl;
@@ -228,6 +239,8 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   if (c == 0) lct__write_header<DT>(dst, n_elems, n_chunks, T.cb, tid);
   if constexpr (S > 0) {
     for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) s_enc[i] = T.cb->enc[i];
+    if (T.hist)
+      for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) s_hist[i] = 0;
   }
   /* Coalesced load of the chunk into shared memory, then each thread takes its
    * 32 consecutive elements into registers. */
@@ -270,6 +283,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
     if (W == 2) mor |= mor >> 16;
     if (W == 1) mor |= mor >> 8 | mor >> 16 | mor >> 24;
     mor &= MMASK;
+    if (T.hist) lct__count_symbols<W, M>(x, s_hist, nv);
     tbits = nv == LCT__EPT ? lct__code_bits<W, M, true>(x, s_enc, nv) : lct__code_bits<W, M, false>(x, s_enc, nv);
   }
   /* Block scan of code bits (thread order is stream order), lane-stream sums. */
@@ -301,6 +315,12 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
     bor |= s_wor[w];
   }
   const uint32_t bitpos = before + incl - tbits; /* this thread's first bit in the code section */
+  if constexpr (S > 0) {
+    if (T.hist) {
+      for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS)
+        if (s_hist[i]) atomicAdd(&T.hist[i], (unsigned long long)s_hist[i]);
+    }
+  }
 
   unsigned trim = 0, k = 0;
   if constexpr (S > 0) {

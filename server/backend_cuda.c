@@ -177,7 +177,7 @@ static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const 
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
   LCT__CUDA_TRY(cudaMemsetAsync(w->bits, 0, sizeof *w->bits, w->stream));
-  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->bits};
+  lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->bits, NULL};
   if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(&w->pinned[2], w->bits, sizeof *w->bits, cudaMemcpyDeviceToHost, w->stream));
@@ -225,26 +225,111 @@ static int lct__batch_codebook(lct__cuda_batch *b, const lct__batch_seg *seg, lc
   return 0;
 }
 
+/* Counts seg's histogram h into a group's slots (consecutive segments of a
+ * tensor share one); 0 when it would need a slot past LCT__BATCH_HISTS. */
+static int lct__hist_slot(const uint64_t **last, size_t *slots, const uint64_t *h) {
+  if (h == NULL || h == *last)
+    return 1;
+  if (*slots == LCT__BATCH_HISTS)
+    return 0;
+  ++*slots;
+  *last = h;
+  return 1;
+}
+
+/* The device slot of a group's next segment seg, walking the group in order
+ * (*last, *slot: where the walk stands, NULL and 0 at its start); NULL when
+ * seg takes no histogram. */
+static uint64_t *lct__hist_dev(lct__cuda_batch *b, const lct__batch_seg *seg, const uint64_t **last, size_t *slot) {
+  if (seg->hist == NULL)
+    return NULL;
+  *slot += *last != NULL && seg->hist != *last;
+  *last = seg->hist;
+  return b->hist + *slot * LCT__CUDA_SYMS;
+}
+
+/* Zeroes the device slots of the histograms of segs[0..k) (at most
+ * LCT__BATCH_HISTS); *bytes: what they take, 0 when no segment has a hist. */
+static int lct__hist_zero(lct__cuda_batch *b, const lct__batch_seg *segs, size_t k, size_t *bytes) {
+  const uint64_t *last = NULL;
+  size_t slots = 0;
+  for (size_t i = 0; i < k; i++)
+    lct__hist_slot(&last, &slots, segs[i].hist);
+  *bytes = slots * LCT__CUDA_SYMS * sizeof(uint64_t);
+  if (slots > 0)
+    LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, *bytes, b->stream));
+  return 0;
+}
+
+/* After the wait: adds the counts copied back into hist_pinned to the segments' hists. */
+static void lct__hist_add(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
+  const uint64_t *last = NULL;
+  size_t slot = 0;
+  for (size_t i = 0; i < k; i++) {
+    const uint64_t *prev = last;
+    if (lct__hist_dev(b, &segs[i], &last, &slot) == NULL || segs[i].hist == prev)
+      continue;
+    size_t len = (size_t)1 << lct_dtype_symbol_bits(segs[i].dtype);
+    for (size_t j = 0; j < len; j++)
+      segs[i].hist[j] += b->hist_pinned[slot * LCT__CUDA_SYMS + j];
+  }
+}
+
+/* First puts' histograms, before their codebooks exist: the histogram kernel. */
+static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
+  for (size_t done = 0; done < n;) {
+    size_t k = 0, slots = 0, bytes;
+    const uint64_t *last = NULL;
+    while (done + k < n && lct__hist_slot(&last, &slots, segs[done + k].hist))
+      k++;
+    int rc = lct__hist_zero(b, segs + done, k, &bytes);
+    last = NULL;
+    size_t slot = 0;
+    for (size_t i = 0; i < k && rc == 0; i++) {
+      const lct__batch_seg *sg = &segs[done + i];
+      uint64_t *dev = lct__hist_dev(b, sg, &last, &slot);
+      if (dev != NULL && sg->n > 0)
+        rc = lct_cuda_histogram(sg->dtype, sg->src, sg->n, dev, b->stream);
+    }
+    if (rc != 0)
+      return rc;
+    if (bytes > 0) {
+      LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
+      LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
+      lct__hist_add(b, segs + done, k);
+    }
+    done += k;
+  }
+  return 0;
+}
+
 /* Encodes segs[0..k) (k <= LCT__BATCH_GROUP), a group whose codebooks are in
- * place, and waits; fills their results. */
+ * place and whose histograms fit its slots, and waits once; fills their
+ * results, and their hists from the encoder's counts. */
 static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
   uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
   uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
+  const uint64_t *last = NULL;
+  size_t slot = 0, hist_bytes;
   for (size_t i = 0; i < k; i++) {
     b->enc[i].blob_bytes = &blob[i];
     b->enc[i].code_bits = &b->bits[i];
+    b->enc[i].hist = lct__hist_dev(b, &segs[i], &last, &slot);
     b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
   }
   if (lct_cuda_crc32c_batch_workspace_size(b->crc, k) > b->crc_work_bytes ||
       lct_cuda_encode_workspace_size(b->enc, k) > b->work_bytes)
     return LCT_EBUFSIZE; /* the caller splits the group */
   int rc;
-  if ((rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
+  if ((rc = lct__hist_zero(b, segs, k, &hist_bytes)) != 0 ||
+      (rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemsetAsync(b->bits, 0, k * sizeof *b->bits, b->stream));
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(bits, b->bits, k * sizeof *bits, cudaMemcpyDeviceToHost, b->stream));
+  if (hist_bytes > 0)
+    LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, hist_bytes, cudaMemcpyDeviceToHost, b->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
   for (size_t i = 0; i < k; i++) {
     segs[i].blob_bytes = blob[i];
@@ -252,6 +337,8 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
     segs[i].crc = crc[i];
     segs[i].rc = blob[i] <= segs[i].cap ? 0 : LCT_ECUDA;
   }
+  if (hist_bytes > 0)
+    lct__hist_add(b, segs, k);
   return 0;
 }
 
@@ -259,8 +346,9 @@ static int lct__batch_encode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     b->groups++;
-    size_t k = 0;
-    while (done + k < n && k < LCT__BATCH_GROUP) {
+    size_t k = 0, slots = 0;
+    const uint64_t *last = NULL;
+    while (done + k < n && k < LCT__BATCH_GROUP && lct__hist_slot(&last, &slots, segs[done + k].hist)) {
       const lct__batch_seg *sg = &segs[done + k];
       lct_cuda_codebook *dcb = NULL;
       if (sg->cb != NULL) {
@@ -269,7 +357,7 @@ static int lct__batch_encode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
         if (dcb == NULL)
           break; /* its cache slot serves an earlier segment of this group */
       }
-      b->enc[k] = (lct_cuda_encode_item){sg->dtype, dcb, sg->src, sg->n, sg->dst, sg->cap, NULL, NULL};
+      b->enc[k] = (lct_cuda_encode_item){sg->dtype, dcb, sg->src, sg->n, sg->dst, sg->cap, NULL, NULL, NULL};
       k++;
     }
     if (rc != 0)
@@ -302,62 +390,6 @@ static int lct__batch_decode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
     done += k;
   }
   return rc;
-}
-
-/* Histograms of the segments of segs[0..k) that have a hist (consecutive
- * segments of a tensor share it), at most LCT__BATCH_HISTS distinct: a slot
- * each, one copy back, one wait. */
-static int lct__batch_hist_group(lct__cuda_batch *b, const lct__batch_seg *segs, size_t k, size_t slots) {
-  const size_t bytes = slots * LCT__CUDA_SYMS * sizeof(uint64_t);
-  LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, bytes, b->stream));
-  const uint64_t *last = NULL;
-  size_t slot = 0;
-  for (size_t i = 0; i < k; i++) {
-    if (segs[i].hist == NULL)
-      continue;
-    slot += last != NULL && segs[i].hist != last;
-    last = segs[i].hist;
-    int rc = segs[i].n ? lct_cuda_histogram(segs[i].dtype, segs[i].src, segs[i].n, b->hist + slot * LCT__CUDA_SYMS,
-                                            b->stream)
-                       : 0;
-    if (rc != 0)
-      return rc;
-  }
-  LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
-  LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
-  last = NULL;
-  slot = 0;
-  for (size_t i = 0; i < k; i++) {
-    if (segs[i].hist == NULL || segs[i].hist == last)
-      continue;
-    slot += last != NULL;
-    last = segs[i].hist;
-    size_t len = (size_t)1 << lct_dtype_symbol_bits(segs[i].dtype);
-    for (size_t j = 0; j < len; j++)
-      segs[i].hist[j] += b->hist_pinned[slot * LCT__CUDA_SYMS + j];
-  }
-  return 0;
-}
-
-static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
-  for (size_t done = 0; done < n;) {
-    size_t k = 0, slots = 0;
-    const uint64_t *last = NULL;
-    for (; done + k < n; k++) {
-      const uint64_t *h = segs[done + k].hist;
-      if (h == NULL || h == last)
-        continue;
-      if (slots == LCT__BATCH_HISTS)
-        break;
-      slots++;
-      last = h;
-    }
-    int rc = slots > 0 ? lct__batch_hist_group(b, segs + done, k, slots) : 0;
-    if (rc != 0)
-      return rc;
-    done += k;
-  }
-  return 0;
 }
 
 /* Runs a batch pass on the backend's device, one batch at a time (each fills
@@ -564,7 +596,7 @@ static const lct__backend_ops lct__cuda_ops = {
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   /* The workspace serves both directions: the larger of an encode of the
    * most chunks a segment can hold (1-byte elements) and a decode of one blob. */
-  lct_cuda_encode_item item = {LCT_DTYPE_F8E4M3, NULL, NULL, segment_max, NULL, 0, NULL, NULL};
+  lct_cuda_encode_item item = {LCT_DTYPE_F8E4M3, NULL, NULL, segment_max, NULL, 0, NULL, NULL, NULL};
   size_t enc = lct_cuda_encode_workspace_size(&item, 1), dec = lct_cuda_decode_workspace_size(1);
   w->work_bytes = enc > dec ? enc : dec;
   LCT__CUDA_TRY(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));

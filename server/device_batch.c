@@ -15,7 +15,9 @@ enum { LCT__BATCH_HIST, LCT__BATCH_ENCODE, LCT__BATCH_DECODE };
 /* Why a put item takes a histogram: a first put has no codebook and needs one
  * before it encodes (the HIST round); an item whose previous version drifted
  * from its codebook encodes with it once more, and its histogram, taken in the
- * same round, builds the codebook its next put uses. */
+ * same pass of the GPU, builds the codebook its next put uses. The worker
+ * builds the codebooks into the (not yet installed) entries; the loop thread
+ * only adopts them. */
 enum { LCT__HIST_NONE, LCT__HIST_FIRST, LCT__HIST_REBUILD };
 
 typedef struct lct__batch_job {
@@ -31,8 +33,8 @@ typedef struct lct__batch_job {
   uint64_t *hists;        /* put: 2^s counters per item, when any item takes a histogram */
   size_t hist_len;
   int round;
-  size_t rebuilds;        /* ENCODE round: items that take a histogram with it */
-  int rc;                 /* worker: argument or CUDA error of the round */
+  int rc;                 /* worker: argument or CUDA error of the round, or a codebook build's */
+  size_t failed;          /* worker: the item whose codebook build failed, else n_items */
   lct__batch_cb cb;
   void *arg;
   uint64_t started;
@@ -61,6 +63,7 @@ static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, 
   job->n_items = n;
   job->cb = cb;
   job->arg = arg;
+  job->failed = n;
   job->first = calloc(n + 1, sizeof *job->first);
   if (job->first == NULL) {
     lct__batch_free(job);
@@ -72,6 +75,15 @@ static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, 
 
 static void lct__batch_done(uv_work_t *w, int status);
 
+/* Builds the codebooks of the items that took a histogram for reason why. */
+static void lct__batch_build(lct__batch_job *job, int why) {
+  for (size_t i = 0; i < job->n_items && job->rc == 0; i++)
+    if (job->hist_of[i] == why &&
+        (job->rc = lct_codebook_build(job->built[i]->dtype, job->hists + i * job->hist_len,
+                                      &job->built[i]->codebook)) != 0)
+      job->failed = i;
+}
+
 static void lct__batch_run(uv_work_t *w) {
   lct__batch_job *job = w->data;
   const lct__backend *be = lct__pool_backend(job->srv->pool);
@@ -80,12 +92,12 @@ static void lct__batch_run(uv_work_t *w) {
     job->rc = be->ops->decode_batch(be->ctx, job->segs, job->n_segs);
     return;
   case LCT__BATCH_HIST:
-    job->rc = be->ops->hist_batch(be->ctx, job->segs, job->n_segs);
+    if ((job->rc = be->ops->hist_batch(be->ctx, job->segs, job->n_segs)) == 0)
+      lct__batch_build(job, LCT__HIST_FIRST);
     return;
-  default:
-    job->rc = job->rebuilds ? be->ops->hist_batch(be->ctx, job->segs, job->n_segs) : 0;
-    if (job->rc == 0)
-      job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs);
+  default: /* the rebuilds' histograms in the same pass; their codebooks replace the ones just used */
+    if ((job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs)) == 0)
+      lct__batch_build(job, LCT__HIST_REBUILD);
   }
 }
 
@@ -93,9 +105,7 @@ static void lct__batch_queue(lct__batch_job *job, int round) {
   job->round = round;
   /* The histograms this round takes: first puts' in HIST, rebuilds' with the encode. */
   int why = round == LCT__BATCH_HIST ? LCT__HIST_FIRST : LCT__HIST_REBUILD;
-  job->rebuilds = 0;
   for (size_t i = 0; job->hist_of != NULL && i < job->n_items; i++) {
-    job->rebuilds += round == LCT__BATCH_ENCODE && job->hist_of[i] == LCT__HIST_REBUILD;
     for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
       job->segs[s].hist = job->hist_of[i] == why ? job->hists + i * job->hist_len : NULL;
   }
@@ -162,25 +172,21 @@ static void lct__batch_install(lct__batch_job *job) {
 }
 
 /* After the encode: an item whose codes took more than LCT__DRIFT above what
- * its codebook expects marks its new version's codebook stale, and one that
- * took a histogram gets a codebook built from it, for its key's next put. */
-static int lct__batch_codebooks_next(lct__batch_job *job, size_t *failed) {
+ * its codebook expects marks its new version's codebook stale; one that took
+ * a histogram has a codebook built from it, for its key's next put. */
+static void lct__batch_codebooks_next(lct__batch_job *job) {
   for (size_t i = 0; i < job->n_items; i++) {
     lct__entry *e = job->built[i];
+    if (job->hist_of[i] == LCT__HIST_REBUILD) {
+      lct__codebook_adopt(job->srv, e, 1);
+      e->codebook_stale = 0;
+      continue;
+    }
     uint64_t bits = 0;
     for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
       bits += job->segs[s].code_bits;
     e->codebook_stale = lct__codebook_drifted(e, bits);
-    if (job->hist_of[i] == LCT__HIST_REBUILD) {
-      int rc = lct__codebook_set(job->srv, e, job->hists + i * job->hist_len, 1);
-      if (rc != 0) {
-        *failed = i;
-        return rc;
-      }
-      e->codebook_stale = 0;
-    }
   }
-  return 0;
 }
 
 static void lct__batch_done(uv_work_t *w, int status) {
@@ -188,6 +194,10 @@ static void lct__batch_done(uv_work_t *w, int status) {
   lct__server *srv = job->srv;
   size_t failed = job->n_items;
   int rc = status != 0 ? LCT_ENOMEM : job->rc;
+  if (rc != 0 && job->failed < job->n_items) {
+    lct__batch_end(job, rc, job->failed, "codebook build failed");
+    return;
+  }
   if (rc == 0 && job->round != LCT__BATCH_HIST)
     rc = lct__batch_seg_error(job, &failed);
   if (rc != 0) {
@@ -209,10 +219,7 @@ static void lct__batch_done(uv_work_t *w, int status) {
     for (size_t i = 0; i < job->n_items; i++) {
       if (job->hist_of[i] != LCT__HIST_FIRST)
         continue;
-      if ((rc = lct__codebook_set(srv, job->built[i], job->hists + i * job->hist_len, 0)) != 0) {
-        lct__batch_end(job, rc, i, "codebook build failed");
-        return;
-      }
+      lct__codebook_adopt(srv, job->built[i], 0);
       lct__batch_codebook(job, i);
       job->hist_of[i] = LCT__HIST_NONE;
     }
@@ -223,10 +230,7 @@ static void lct__batch_done(uv_work_t *w, int status) {
       lct__batch_end(job, rc, failed, "bytes do not match the declared checksum");
       return;
     }
-    if ((rc = lct__batch_codebooks_next(job, &failed)) != 0) {
-      lct__batch_end(job, rc, failed, "codebook build failed");
-      return;
-    }
+    lct__batch_codebooks_next(job);
     lct__batch_install(job);
     lct__batch_end(job, 0, job->n_items, NULL);
     return;

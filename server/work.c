@@ -229,15 +229,18 @@ int lct__codebook_inherit(lct__server *srv, lct__entry *e) {
 int lct__codebook_set(lct__server *srv, lct__entry *e, const uint64_t *hist, int rebuild) {
   /* O(alphabet) work: a 2^s + 1 symbol Huffman build, not a pass over data. */
   int rc = lct_codebook_build(e->dtype, hist, &e->codebook);
-  if (rc != 0)
-    return rc;
+  if (rc == 0)
+    lct__codebook_adopt(srv, e, rebuild);
+  return rc;
+}
+
+void lct__codebook_adopt(lct__server *srv, lct__entry *e, int rebuild) {
   e->has_codebook = 1;
   e->codebook_id = ++srv->codebook_ids;
   if (rebuild)
     srv->stats.codebook_rebuilds++;
   else
     srv->stats.codebook_builds++;
-  return 0;
 }
 
 uint64_t lct__segment_bytes(const lct__server *srv, uint64_t raw_bytes) {

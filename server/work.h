@@ -42,9 +42,12 @@ int lct__codebook_drifted(const lct__entry *e, uint64_t code_bits);
  * that has one of e's dtype: returns 0 if it has none, 1 if it did, 2 if it
  * did and that codebook is stale (the stored version drifted from it). */
 int lct__codebook_inherit(lct__server *srv, lct__entry *e);
-/* Builds e's codebook from a symbol histogram of its data and gives it a new
- * codebook_id; counts a build, or a rebuild (drift). */
+/* Builds e's codebook from a symbol histogram of its data and adopts it. */
 int lct__codebook_set(lct__server *srv, lct__entry *e, const uint64_t *hist, int rebuild);
+/* Marks the codebook just built into e->codebook (lct_codebook_build, on any
+ * thread) as e's, with a new codebook_id; counts a build, or a rebuild
+ * (drift). Loop thread. */
+void lct__codebook_adopt(lct__server *srv, lct__entry *e, int rebuild);
 
 /* Smallest segment a tensor is split into to spread it over the codec
  * threads: keeps the per-segment blob header (about 300 bytes) below 0.12%. */

@@ -97,7 +97,7 @@ static uint8_t *gpu_encode(int dtype, const lct_codebook *cb, const void *src, u
   CUDA_OK(cudaMalloc((void **)&d_size, 2 * sizeof *d_size)); /* blob size, code bits */
   CUDA_OK(cudaMemset(d_size, 0xff, sizeof *d_size));
   CUDA_OK(cudaMemcpy(d_size + 1, &start, sizeof start, cudaMemcpyHostToDevice));
-  lct_cuda_encode_item it = {dtype, dcb, in.p, n, d_blob, cap, d_size, d_size + 1};
+  lct_cuda_encode_item it = {dtype, dcb, in.p, n, d_blob, cap, d_size, d_size + 1, NULL};
   size_t ws_bytes = lct_cuda_encode_workspace_size(&it, 1);
   void *ws;
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
@@ -408,7 +408,8 @@ Test(cuda_codec, histogram_matches_cpu) {
 
 /* Hundreds of tensors of mixed dtypes and sizes in one call: each blob and
  * code-bit count equals the CPU's (so the single call's; every fifth item
- * asks for no count), and a batched decode restores them all. */
+ * asks for no count), every third coded item's histogram, taken in the same
+ * pass, equals lct_histogram's, and a batched decode restores them all. */
 Test(cuda_codec, batch_equals_single) {
   REQUIRE_GPU();
   enum { COUNT = 300 };
@@ -429,13 +430,16 @@ Test(cuda_codec, batch_equals_single) {
     codebook_for(dtype, host[i], n, &cb[i]);
     cbs[i] = NULL;
     if (dtype != LCT_DTYPE_RAW) cr_assert_eq(lct_cuda_codebook_create(&cb[i], &cbs[i]), 0);
-    enc[i] = (lct_cuda_encode_item){dtype, cbs[i], NULL, n, NULL, lct_encode_bound(dtype, n), NULL, NULL};
+    enc[i] = (lct_cuda_encode_item){dtype, cbs[i], NULL, n, NULL, lct_encode_bound(dtype, n), NULL, NULL, NULL};
     total_in += (n * w + 255) & ~(size_t)255;
     total_cap += (enc[i].cap + 255) & ~(size_t)255;
   }
   uint8_t *d_in, *d_blobs, *d_out;
-  uint64_t *d_sizes, sizes[COUNT], *d_bits, bits[COUNT];
+  uint64_t *d_sizes, sizes[COUNT], *d_bits, bits[COUNT], *d_hist, hist[LCT_MAX_SYMS], cpu_hist[LCT_MAX_SYMS];
   int *d_status, status[COUNT];
+  const size_t bins = LCT_MAX_SYMS - 1; /* 2^s for the widest alphabet */
+  CUDA_OK(cudaMalloc((void **)&d_hist, COUNT * bins * sizeof *d_hist));
+  CUDA_OK(cudaMemset(d_hist, 0, COUNT * bins * sizeof *d_hist));
   CUDA_OK(cudaMalloc((void **)&d_in, total_in + 256));
   CUDA_OK(cudaMalloc((void **)&d_out, total_in + 256));
   CUDA_OK(cudaMalloc((void **)&d_blobs, total_cap + 256));
@@ -451,6 +455,7 @@ Test(cuda_codec, batch_equals_single) {
     enc[i].dst = d_blobs + blob_at;
     enc[i].blob_bytes = d_sizes + i;
     enc[i].code_bits = i % 5 == 4 ? NULL : d_bits + i;
+    enc[i].hist = i % 3 == 0 && lct_dtype_symbol_bits(enc[i].dtype) ? d_hist + i * bins : NULL;
     dec[i] = (lct_cuda_decode_item){enc[i].dtype, enc[i].n_elems, enc[i].dst, 0, d_out + in_at, d_status + i};
     in_at += (bytes + 255) & ~(size_t)255;
     blob_at += (enc[i].cap + 255) & ~(size_t)255;
@@ -476,6 +481,14 @@ Test(cuda_codec, batch_equals_single) {
     cr_assert_eq(bits[i], enc[i].code_bits ? st.code_bits : 0,
                  "tensor %d (%s, n=%llu): batched code bits %llu, CPU %llu", i, lct_dtype_name(dtype),
                  (unsigned long long)enc[i].n_elems, (unsigned long long)bits[i], (unsigned long long)st.code_bits);
+    if (enc[i].hist) {
+      const size_t nb = (size_t)1 << lct_dtype_symbol_bits(dtype);
+      memset(cpu_hist, 0, sizeof cpu_hist);
+      cr_assert_eq(lct_histogram(dtype, host[i], enc[i].n_elems, cpu_hist), 0);
+      CUDA_OK(cudaMemcpy(hist, enc[i].hist, nb * sizeof *hist, cudaMemcpyDeviceToHost));
+      cr_assert_arr_eq(hist, cpu_hist, nb * sizeof *hist, "tensor %d (%s, n=%llu): the encoder's histogram differs", i,
+                       lct_dtype_name(dtype), (unsigned long long)enc[i].n_elems);
+    }
     dec[i].blob_bytes = sizes[i];
     free(cpu);
     free(gpu);
@@ -496,6 +509,7 @@ Test(cuda_codec, batch_equals_single) {
   CUDA_OK(cudaFree(ws));
   CUDA_OK(cudaFree(d_status));
   CUDA_OK(cudaFree(d_bits));
+  CUDA_OK(cudaFree(d_hist));
   CUDA_OK(cudaFree(d_sizes));
   CUDA_OK(cudaFree(d_blobs));
   CUDA_OK(cudaFree(d_out));
@@ -520,8 +534,13 @@ Test(cuda_codec, argument_errors) {
   cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d + 2, 4, d + 1024, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1028, bound, sz, d + 3072, 1024, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_encode(LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound, sz, d + 3072, 8, 0), LCT_EBUFSIZE);
-  lct_cuda_encode_item it = {LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound, sz, (uint64_t *)(d + 2060)};
+  lct_cuda_encode_item it = {LCT_DTYPE_F32, dcb, d, 4, d + 1024, bound, sz, (uint64_t *)(d + 2060), NULL};
   cr_assert_eq(lct_cuda_encode_batch(&it, 1, d + 3072, 1024, 0), LCT_EINVAL);
+  it.code_bits = NULL;
+  it.hist = (uint64_t *)(d + 2060); /* misaligned */
+  cr_assert_eq(lct_cuda_encode_batch(&it, 1, d + 3072, 1024, 0), LCT_EINVAL);
+  it = (lct_cuda_encode_item){LCT_DTYPE_RAW, NULL, d, 4, d + 1024, bound, sz, NULL, (uint64_t *)(d + 2048)};
+  cr_assert_eq(lct_cuda_encode_batch(&it, 1, d + 3072, 1024, 0), LCT_EINVAL); /* raw has no symbols */
   cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1028, 100, d, (int *)sz, d + 3072, 16, 0), LCT_EINVAL);
   cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1024, 100, d, (int *)sz, d + 3072, 16, 0), LCT_EBUFSIZE);
   cr_assert_eq(lct_cuda_decode(LCT_DTYPE_F32, 4, d + 1024, 100, d + 1, (int *)sz, d, 1 << 20, 0), LCT_EINVAL);

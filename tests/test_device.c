@@ -294,7 +294,19 @@ Test(device, many_round_trip_and_drift, .fini = stop) {
   lct_server_stats st2 = test_stats(c);
   cr_assert_geq(st2.codebook_rebuilds - st1.codebook_rebuilds, 1, "drift rebuilds codebooks");
   int smaller = 0;
-  for (size_t i = 0; i < N_SLICES; i++) smaller += refit[i] < drifted[i];
+  for (size_t i = 0; i < N_SLICES; i++) {
+    smaller += refit[i] < drifted[i];
+    /* One segment each: the rebuilt codebook is the one the CPU builds from the data. */
+    lct_codebook cb;
+    lct_encode_stats est;
+    size_t cap = lct_encode_bound(s.dtype[i], s.bytes[i] / lct_dtype_size(s.dtype[i]));
+    uint8_t *blob = malloc(cap);
+    cr_assert_eq(lct_codebook_from_data(s.dtype[i], s.host[i], s.bytes[i] / lct_dtype_size(s.dtype[i]), &cb), 0);
+    cr_assert_eq(lct_encode(s.dtype[i], &cb, s.host[i], s.bytes[i] / lct_dtype_size(s.dtype[i]), blob, cap, &est), 0);
+    cr_assert_eq(refit[i], est.blob_bytes, "%s: stored %llu bytes after the rebuild, the CPU's codebook %llu",
+                 slices[i], (unsigned long long)refit[i], (unsigned long long)est.blob_bytes);
+    free(blob);
+  }
   cr_assert_geq(smaller, 1, "a rebuilt codebook codes the data tighter than the stale one");
   cr_assert_eq(lct_get_device_many(c, get, N_SLICES, &failed), 0, "%s", lct_last_error(c));
   CUDA_CHECK(cudaMemcpy(back, dst, s.total, cudaMemcpyDeviceToHost));

@@ -299,7 +299,7 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
   lct_cuda_codebook *dcb;
   LCT_TRY(lct_cuda_codebook_create(&cb, &dcb));
   a.cb = dcb;
-  lct_cuda_encode_item it = {dtype, dcb, src, n, a.blob, a.cap, a.d_size, NULL};
+  lct_cuda_encode_item it = {dtype, dcb, src, n, a.blob, a.cap, a.d_size, NULL, NULL};
   a.ws_bytes = lct_cuda_encode_workspace_size(&it, 1);
   if (lct_cuda_decode_workspace_size(1) > a.ws_bytes) a.ws_bytes = lct_cuda_decode_workspace_size(1);
   GPU_TRY(cudaMalloc(&a.ws, a.ws_bytes));
@@ -437,7 +437,7 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
     LCT_TRY(lct_cuda_codebook_create(&cb, &cbs[i]));
     GPU_TRY(cudaMemcpy(src + src_at, host + at, bytes, cudaMemcpyHostToDevice));
     enc[i] = (lct_cuda_encode_item){dtype, cbs[i], src + src_at, elems[i], blobs + blob_at,
-                                    lct_encode_bound(dtype, elems[i]), sizes + i, NULL};
+                                    lct_encode_bound(dtype, elems[i]), sizes + i, NULL, NULL};
     dec[i] = (lct_cuda_decode_item){dtype, elems[i], blobs + blob_at, 0, dst + src_at, status + i};
     crc[i] = (lct_cuda_crc_item){src + src_at, bytes, d_crc + i};
     at += bytes;

@@ -89,16 +89,22 @@ LCT_LIBRARY=$build/lib/liblct.so LCT_LCTD=$build/bin/lctd LCT_CLI=$build/bin/lct
 py_rc=$?
 py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
 
-# 6. The optimizer step alone (tests/bench/optim_step.py) and the trainer offload measurement
+# 6. lctd's device puts and gets alone (tests/bench/device_put.py; LCT_PUT_BASE: another lctd
+#    binary to compare with, in the same run), the optimizer step alone
+#    (tests/bench/optim_step.py) and the trainer offload measurement
 #    (tests/bench/train_offload.py), unless LCT_SKIP_TRAIN is set; under CUDA MPS where the
 #    machine has it (deploy/README.md, "Sharing the GPU with trainers"), unless LCT_MPS=0:
 #    without it the trainer's and lctd's kernels take turns on the GPU.
-train_rc=skipped step_rc=skipped mps=off
+train_rc=skipped step_rc=skipped put_rc=skipped mps=off
 if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
   if [[ ${LCT_MPS:-1} != 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/lct-mps-$$ CUDA_MPS_LOG_DIRECTORY=/tmp/lct-mps-$$ # short: a socket path
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" && nvidia-cuda-mps-control -d && mps=on
   fi
+  LCT_LIBRARY=$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
+    python3 tests/bench/device_put.py --lctd "$build/bin/lctd" ${LCT_PUT_BASE:+--lctd "$LCT_PUT_BASE"} \
+    --out "$out/put" >"$out/put.log" 2>&1
+  put_rc=$?
   LCT_LIBRARY=$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
     python3 tests/bench/optim_step.py --lctd "$build/bin/lctd" --out "$out/step" >"$out/step.log" 2>&1
   step_rc=$?
@@ -120,8 +126,11 @@ printf '%-18s %s\n' "lct-bench gpu" "rc=$bench_rc (data: $data)"
 printf '%-18s %s\n' "lctd on cuda" "rc=$client_rc ${client_synth}"
 printf '%-18s %s\n' "device path" "rc=$device_rc ${device_synth}"
 printf '%-18s %s\n' "python + torch" "rc=$py_rc ${py_line}"
+printf '%-18s %s\n' "device put/get" "rc=$put_rc mps=$mps"
+[[ -f $out/put.log ]] && tail -n +2 "$out/put.log" | sed 's/^/    /'
 printf '%-18s %s\n' "optimizer step" "rc=$step_rc mps=$mps $(grep -a 'added (paired median)' "$out/step.log" 2>/dev/null)"
 printf '%-18s %s\n' "train offload" "rc=$train_rc mps=$mps $(grep -a 'step time overhead' "$out/train.log" 2>/dev/null)"
 printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
 [[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) \
-   && ( $train_rc == 0 || $train_rc == skipped ) && ( $step_rc == 0 || $step_rc == skipped ) ]]
+   && ( $train_rc == 0 || $train_rc == skipped ) && ( $step_rc == 0 || $step_rc == skipped ) \
+   && ( $put_rc == 0 || $put_rc == skipped ) ]]

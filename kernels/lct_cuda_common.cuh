@@ -91,6 +91,11 @@ __device__ static inline void lct__cp_commit() { asm volatile("cp.async.commit_g
 /* Waits until at most N of this thread's groups are still in flight. */
 template <int N> __device__ static inline void lct__cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+/* A compile-time flag as a value, for generic lambdas. */
+template <bool B> struct lct__bool {
+  static constexpr bool value = B;
+};
+
 /* Element e (compile-time under unrolling) of a register array of raw words. */
 template <unsigned W> __device__ static inline uint32_t lct__elem(const uint32_t *x, unsigned e) {
   if (W == 4) return x[e];

@@ -6,7 +6,7 @@
 namespace {
 
 constexpr uint64_t kMaxBlocksPerLaunch = 0x7fffffffu;
-constexpr size_t kTableBytes = LCT__TABLE_ENTRIES * sizeof(uint16_t);
+constexpr size_t kTableBytes = LCT__TABLE_BYTES;
 
 int check_item(const lct_cuda_decode_item *it) {
   const size_t w = lct_dtype_size(it->dtype);
@@ -25,7 +25,7 @@ struct decode_launch {
   const lct_cuda_decode_item *items;
   size_t count;
   int dtype;
-  uint16_t *tables;
+  uint8_t *tables;
   int *status;
   unsigned *done;
   cudaStream_t stream;
@@ -98,7 +98,7 @@ extern "C" int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t c
   if (workspace_bytes < lct_cuda_decode_workspace_size(count)) return LCT_EBUFSIZE;
   uint8_t *ws = static_cast<uint8_t *>(workspace);
   int *status = reinterpret_cast<int *>(ws + count * kTableBytes);
-  decode_launch l = {items, count, 0, reinterpret_cast<uint16_t *>(ws), status,
+  decode_launch l = {items, count, 0, ws, status,
                      reinterpret_cast<unsigned *>(status + count), stream};
   for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
     l.dtype = d;

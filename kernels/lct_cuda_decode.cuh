@@ -22,18 +22,44 @@ struct lct__dec_tensor {
 
 struct lct__dec_params {
   lct__dec_tensor t[LCT__BATCH];
-  uint16_t *tables;  /* workspace: a 4096-entry decode table per slot (see lct__dec_entry) */
+  uint8_t *tables;   /* workspace: a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
   int *ws_status;    /* workspace: status per slot */
   unsigned *ws_done; /* workspace: finished chunk blocks per slot */
   uint32_t count;
 };
 
-/* Decode table entry: symbol | length << 11, with bit 15 set for ESC and for
- * an invalid code (0x8000) so that the reader tests both rare cases at once
- * (the entry read as a signed 16-bit value is negative). */
-__device__ static inline uint16_t lct__dec_entry(unsigned sym, unsigned len, unsigned esc) {
-  return (uint16_t)(sym | len << 11 | (sym == esc ? 0x8000u : 0));
-}
+#define LCT__TABLE_BYTES (LCT__TABLE_ENTRIES * 4) /* workspace per slot: room for the widest entries */
+
+template <bool WIDE> struct lct__dec_entry_type { using T = uint16_t; };
+template <> struct lct__dec_entry_type<true> { using T = uint32_t; };
+
+/* Decode table of a dtype, indexed by the next 12 stream bits. Entry: code
+ * length in bits 0-3, bit 4 (RARE) set for ESC and for an invalid code (length
+ * 0) so that one OR over a round's entries tells whether it met either, and
+ * the symbol from bit SH on: SH = M where the symbol fits above those bits, so
+ * that an element is (entry & SYMS) | mantissa bits; f32's (M = 22) entries
+ * are 32-bit. */
+template <int DT> struct lct__dec_tab {
+  static constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
+  static constexpr unsigned SH = M >= 5 ? M : 5;
+  static constexpr uint32_t RARE = 16, SMASK = (1u << S) - 1, SYMS = SMASK << SH;
+  using E = typename lct__dec_entry_type<(S + SH > 16)>::T;
+  static constexpr unsigned LOG = sizeof(E) == 4 ? 2 : 1;                 /* an index to a byte offset */
+  static constexpr uint32_t OFFSETS = (LCT__TABLE_ENTRIES - 1) << LOG; /* the byte offset's bits */
+  static_assert(S + SH <= 8 * sizeof(E) && LCT_MAX_CODE_LEN < 16, "an entry's fields");
+
+  __device__ static E entry(unsigned sym, unsigned len, unsigned esc) {
+    return (E)(sym == esc ? RARE | len : sym << SH | len);
+  }
+  /* Entry e's symbol at bit M of an element. */
+  __device__ static uint32_t sym_bits(uint32_t e) {
+    if constexpr (SH == M) {
+      return e & SYMS;
+    } else {
+      return (e >> SH & SMASK) << M;
+    }
+  }
+};
 
 __device__ static inline uint32_t lct__chunk_count(uint64_t n_elems) {
   return (uint32_t)((n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS);
@@ -161,14 +187,15 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
     __syncthreads();
     /* Entry idx holds the next 12 stream bits (LSB-first): the code read MSB
      * first is their bit reversal. */
-    uint16_t *tab = p.tables + (size_t)T.slot * LCT__TABLE_ENTRIES;
+    using TAB = lct__dec_tab<DT>;
+    auto *tab = reinterpret_cast<typename TAB::E *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
     for (unsigned idx = tid; idx < LCT__TABLE_ENTRIES; idx += LCT__HDR_THREADS) {
       const unsigned v = __brev(idx) >> (32 - CL);
-      uint16_t entry = 0x8000;
+      typename TAB::E entry = (typename TAB::E)TAB::RARE; /* an invalid code: length 0 */
       for (unsigned l = 1; l <= CL; l++) {
         const unsigned d = (v >> (CL - l)) - s_first[l];
         if (d < s_count[l]) {
-          entry = lct__dec_entry(s_sorted[s_offset[l] + d], l, NSYM - 1);
+          entry = TAB::entry(s_sorted[s_offset[l] + d], l, NSYM - 1);
           break;
         }
       }
@@ -217,9 +244,10 @@ template <unsigned W> __device__ static inline void lct__store_elem(uint8_t *out
 
 /* Per-dtype shape of the chunk decoder. Each warp keeps only small windows of
  * its chunk in shared memory (a ring of code words per lane, two rounds of
- * mantissa rows, 32 staged output bytes per lane), so that with the block's
- * one decode table 16-24 warps stay resident per SM: the per-symbol work is a
- * chain of dependent shared loads, and only many warps hide it. */
+ * mantissa rows, 32 staged output bytes per lane, the reader state at the
+ * round's start), so that with the block's one decode table 16-24 warps stay
+ * resident per SM: the per-symbol work is a chain of dependent shared loads,
+ * and only many warps hide it. */
 template <int DT> struct lct__dec_cfg {
   static constexpr unsigned W = lct__dt<DT>::W, S = lct__dt<DT>::S, M = lct__dt<DT>::M;
   static constexpr unsigned G = 16 / W; /* elements per 16-byte store */
@@ -243,23 +271,29 @@ template <int DT> struct lct__dec_cfg {
  * k words of the round). */
 template <int DT> struct lct__dec_warp_smem {
   uint4 stage[64];
+  uint4 saved[2][32]; /* lane t's reader, check and multiplier at the round's start */
   uint32_t code[32][lct__dec_cfg<DT>::RW];
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
+  uint32_t mant_end; /* a 32-bit window of the last row's last bits reads the word after it */
 };
 
 template <int DT> struct lct__dec_smem {
-  int16_t tab[LCT__TABLE_ENTRIES]; /* lct__dec_entry values, signed: ESC and invalid codes read negative */
   lct__dec_warp_smem<DT> warp[LCT__DEC_WARPS];
 };
 
-/* Dynamic shared memory of a chunk block (none for dtype raw: no codes). */
+/* Dynamic shared memory of a chunk block (none for dtype raw: no codes); the
+ * decode table is static shared memory, at an address the compiler knows. */
 template <int DT> constexpr size_t lct__dec_smem_bytes() { return lct__dt<DT>::S ? sizeof(lct__dec_smem<DT>) : 0; }
+template <int DT> constexpr size_t lct__dec_table_bytes() {
+  return lct__dt<DT>::S ? LCT__TABLE_ENTRIES * sizeof(typename lct__dec_tab<DT>::E) : 0;
+}
 
 /* Blocks per SM the register budget is set for: as many as shared memory
  * admits (228 KiB, 1 KiB reserved per block), at most 4 (32 warps), 3 for
  * fp8 (its 16-element store groups need more than 64 registers). */
 template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
-  constexpr unsigned cap = lct__dt<DT>::W == 1 ? 3 : 4, fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + 1024);
+  constexpr unsigned cap = lct__dt<DT>::W == 1 ? 3 : 4,
+                     fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + lct__dec_table_bytes<DT>() + 1024);
   return fit < cap ? fit : cap;
 }
 
@@ -289,32 +323,50 @@ template <int DT> __device__ static inline void lct__commit(lct__code_reader &r,
   r.used = 0;
 }
 
-/* Takes one symbol from the window: a code takes at most 12 bits, so a
- * fresh window covers two, and the symbol loop commits once per pair. ESC
- * and an invalid code (a negative entry, rare) branch off: ESC's raw symbol
- * may need more bits than are left, so that path commits before it and
- * again after, leaving a fresh window as a commit does. */
+/* Takes one symbol, ESC and invalid codes included, and returns it at bit M
+ * of an element: the exact reader, for rounds that met either. A code takes
+ * at most 12 bits, so a fresh window covers two, and the symbol loop commits
+ * once per pair; ESC's raw symbol may need more bits than are left, so that
+ * path commits before it and again after, leaving a fresh window as a commit
+ * does. */
 template <int DT>
-__device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const int16_t *tab, const uint32_t *ring) {
-  constexpr unsigned S = lct__dt<DT>::S;
-  constexpr uint32_t SMASK = (1u << S) - 1;
+__device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const typename lct__dec_tab<DT>::E *tab,
+                                                   const uint32_t *ring) {
+  using TAB = lct__dec_tab<DT>;
   static_assert(2 * LCT_MAX_CODE_LEN <= 32, "a window holds the two codes of a pair");
-  static_assert(LCT_MAX_CODE_LEN + S <= 32, "a window holds an ESC code and its raw symbol");
-  static_assert(LCT_MAX_CODE_LEN < 16 && S <= 11, "an entry's length and symbol fields");
-  const int32_t ent = tab[r.win & (LCT__TABLE_ENTRIES - 1)];
-  if (__builtin_expect(ent >= 0, 1)) {
-    const uint32_t l = (uint32_t)ent >> 11;
+  static_assert(LCT_MAX_CODE_LEN + TAB::S <= 32, "a window holds an ESC code and its raw symbol");
+  const uint32_t ent = (uint32_t)tab[r.win & (LCT__TABLE_ENTRIES - 1)], l = ent & 15;
+  if (__builtin_expect(!(ent & TAB::RARE), 1)) {
     r.win >>= l;
     r.used += l;
-    return (uint32_t)ent & SMASK;
+    return TAB::sym_bits(ent);
   }
-  const uint32_t l = ((uint32_t)ent >> 11) & 15;
   r.bad |= l == 0;
   lct__commit<DT>(r, ring);
-  const uint32_t sym = (r.win >> l) & SMASK;
-  r.used = l + S;
+  const uint32_t sym = (r.win >> l) & TAB::SMASK;
+  r.used = l + TAB::S;
   lct__commit<DT>(r, ring);
-  return sym;
+  return sym << TAB::M;
+}
+
+/* Takes two symbols from a fresh window as if neither were ESC or invalid,
+ * without a branch: returns the OR of their entries (RARE set: the round is
+ * decoded again by lct__take_symbol) and their symbols at bit M. The window
+ * is shifted to byte offsets once (it loses its top bits; the pair reads at
+ * most 24), so that each lookup is one AND from its shared load. */
+template <int DT>
+__device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::E *tab,
+                                                 uint32_t &x0, uint32_t &x1) {
+  using TAB = lct__dec_tab<DT>;
+  using E = typename TAB::E;
+  const char *base = reinterpret_cast<const char *>(tab);
+  const uint32_t wb = r.win << TAB::LOG;
+  const uint32_t e0 = *reinterpret_cast<const E *>(base + (wb & TAB::OFFSETS)), l0 = e0 & 15;
+  const uint32_t e1 = *reinterpret_cast<const E *>(base + ((wb >> l0) & TAB::OFFSETS));
+  r.used = l0 + (e1 & 15);
+  x0 = TAB::sym_bits(e0);
+  x1 = TAB::sym_bits(e1);
+  return e0 | e1;
 }
 
 /* Copies code granule g into its ring slot: 16 bytes when the granule lies
@@ -380,13 +432,13 @@ __device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out,
   }
 }
 
-/* Slow path, when the ring may hold fewer landed words than G symbols can
- * take (a lane far longer than its neighbours, many ESCs): top it up and
+/* Slow path, when the ring may hold fewer landed words than the next
+ * `words` (a lane far longer than its neighbours, many ESCs): top it up and
  * wait for it. */
 template <int DT>
 __device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32_t *ring, const uint32_t *cbase,
-                                               uint32_t cend, uint32_t &gfill, uint32_t &gdone) {
-  if (r.wa + lct__dec_cfg<DT>::G + 1 > 4 * gdone) {
+                                               uint32_t cend, uint32_t &gfill, uint32_t &gdone, uint32_t words) {
+  if (r.wa + words + 1 > 4 * gdone) {
     gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
     lct__cp_commit();
     lct__cp_wait<0>();
@@ -398,7 +450,8 @@ __device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32
  * then lane t rebuilds elements [512 t, 512 t + 512) and stores them. Returns
  * (warp-uniformly) 0, LCT_ECORRUPT or LCT_ECHECKSUM. */
 template <int DT>
-__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const int16_t *tab, lct__dec_warp_smem<DT> &sm,
+__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::E *tab,
+                                            lct__dec_warp_smem<DT> &sm,
                                              uint32_t c, uint32_t n_chunks, unsigned lane) {
   using L = lct__layout_of<DT>;
   using C = lct__dec_cfg<DT>;
@@ -482,7 +535,8 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const int
     r.used = 0;
     r.bad = 0;
 
-    const uint32_t ek = E * k, kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+    const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+    const uint32_t slot0 = lct__stage_slot(lane, 0); /* lct__stage_slot(lane, h) == slot0 ^ h */
     const uint32_t rounds = (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32;
     uint32_t chk = 0, mw = (mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
     for (uint32_t rd = 0; rd < rounds; rd++) {
@@ -495,66 +549,94 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const int
       const uint32_t *row = sm.mant[rd & 1][lane];
       const uint32_t jn = nt > 32 * rd ? min(nt - 32 * rd, 32u) : 0;
       const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
-      uint64_t mb = 0; /* mantissa bit buffer: mnb bits, refilled from the row only when short */
-      uint32_t mnb = 0, mi = 0;
-      for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
+      /* The round's whole store groups, by take_pair (EXACT false: returns
+       * the OR of the entries it read) or by take_symbol. */
+      auto whole_groups = [&](auto exact) -> uint32_t {
+        constexpr bool EXACT = decltype(exact)::value;
+        uint32_t seen = 0;
+        /* Without ESC a symbol takes at most 12 bits: the round's codes at most 12 words. */
+        if constexpr (!EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 12);
+        for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
 #pragma unroll 1
-        for (uint32_t h = 0; h < 2 && j + h * G + G <= jn; h++) {
-          lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone);
-          uint32_t x[G], w[4];
+          for (uint32_t h = 0; h < 2 && j + h * G + G <= jn; h++) {
+            if constexpr (EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, G);
+            uint32_t x[G], w[4];
 #pragma unroll
-          for (unsigned i = 0; i < G; i += E) {
-            const bool mrf = mnb < ek; /* uniform, but unknown to the compiler: no branch */
-            mb |= (uint64_t)(mrf ? row[mi] : 0) << mnb;
-            mnb += mrf ? 32 : 0;
-            mi += mrf;
-            uint32_t mv = (uint32_t)mb << trim;
-            mb >>= ek;
-            mnb -= ek;
-#pragma unroll
-            for (unsigned g = 0; g < E; g++) {
-              x[i + g] = lct__take_symbol<DT>(r, tab, ring) << M | (mv & kmask);
-              mv >>= k;
-              if ((i + g) & 1) lct__commit<DT>(r, ring);
+            for (unsigned g = 0; g < G; g += 2) {
+              if constexpr (EXACT) {
+                x[g] = lct__take_symbol<DT>(r, tab, ring);
+                x[g + 1] = lct__take_symbol<DT>(r, tab, ring);
+              } else {
+                seen |= lct__take_pair<DT>(r, tab, x[g], x[g + 1]);
+              }
+              lct__commit<DT>(r, ring);
             }
-          }
+            /* Mantissas: E at a time, from a 32-bit window of the row's bits. */
+            const uint32_t b0 = (j + h * G) * k;
 #pragma unroll
-          for (unsigned i = 0; i < 4; i++) {
-            if (W == 4) {
-              w[i] = x[i];
-            } else if (W == 2) {
-              w[i] = x[2 * i] | x[2 * i + 1] << 16;
+            for (unsigned i = 0; i < G; i += E) {
+              const uint32_t b = b0 + i * k;
+              uint32_t mv = __funnelshift_r(row[b >> 5], row[(b >> 5) + 1], b) << trim;
+#pragma unroll
+              for (unsigned g = 0; g < E; g++) {
+                x[i + g] |= mv & kmask;
+                mv >>= k;
+              }
+            }
+#pragma unroll
+            for (unsigned i = 0; i < 4; i++) {
+              if (W == 4) {
+                w[i] = x[i];
+              } else if (W == 2) {
+                w[i] = __byte_perm(x[2 * i], x[2 * i + 1], 0x5410); /* the low halves */
+              } else {
+                w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
+              }
+              chk += w[i] * mw;
+              mw += 2 * LCT__CHECK_MUL;
+            }
+            if (T.aligned) {
+              sm.stage[slot0 ^ h] = make_uint4(w[0], w[1], w[2], w[3]);
             } else {
-              w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
+              const uint32_t e = e0 + 32 * rd + j + h * G;
+#pragma unroll
+              for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
             }
-            chk += w[i] * mw;
-            mw += 2 * LCT__CHECK_MUL;
           }
           if (T.aligned) {
-            sm.stage[lct__stage_slot(lane, h)] = make_uint4(w[0], w[1], w[2], w[3]);
-          } else {
-            const uint32_t e = e0 + 32 * rd + j + h * G;
-#pragma unroll
-            for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
+            __syncwarp();
+            lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
+            __syncwarp();
           }
         }
-        if (T.aligned) {
-          __syncwarp();
-          lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
-          __syncwarp();
-        }
+        return seen;
+      };
+      /* Most rounds hold no ESC and no invalid code: decoded without a branch
+       * per symbol. A round where any lane met one is decoded again, by the
+       * whole warp, from the state saved here; the ring's granules from there
+       * on are fetched again, since the first pass may have run ahead of the
+       * true position and refilled their slots. */
+      sm.saved[0][lane] = make_uint4(r.lo, r.hi, r.nw, r.pos);
+      sm.saved[1][lane] = make_uint4(r.wa, chk, mw, 0);
+      if (__any_sync(LCT__FULL, whole_groups(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
+        const uint4 a = sm.saved[0][lane], b = sm.saved[1][lane];
+        r.lo = a.x, r.hi = a.y, r.nw = a.z, r.pos = a.w, r.wa = b.x, chk = b.y, mw = b.z;
+        r.win = __funnelshift_r(r.lo, r.hi, r.pos);
+        r.used = 0;
+        lct__cp_wait<0>();
+        gfill = lct__code_topup<DT>(ring, cbase, cend, (r.wa + 1) >> 2, r.wa);
+        lct__cp_commit();
+        lct__cp_wait<0>();
+        gdone = gfill;
+        __syncwarp();
+        whole_groups(lct__bool<true>());
       }
-      if (jn % G) { /* the tail of a partial lane */
-        lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone);
+      if (jn % G) { /* the tail of a partial lane, by the exact reader */
+        lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, G);
         for (uint32_t j = jn - jn % G; j < jn; j++) {
-          if (mnb < k) {
-            mb |= (uint64_t)row[mi++] << mnb;
-            mnb += 32;
-          }
-          const uint32_t e = e0 + 32 * rd + j, m = ((uint32_t)mb << trim) & kmask;
-          mb >>= k;
-          mnb -= k;
-          const uint32_t x = lct__take_symbol<DT>(r, tab, ring) << M | m;
+          const uint32_t b = j * k, e = e0 + 32 * rd + j;
+          const uint32_t m = (__funnelshift_r(row[b >> 5], row[(b >> 5) + 1], b) << trim) & kmask;
+          const uint32_t x = lct__take_symbol<DT>(r, tab, ring) | m;
           lct__commit<DT>(r, ring);
           chk += (x << (8 * ((e * W) & 3))) * ((mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
           lct__store_elem<W>(out, e, x);
@@ -583,21 +665,23 @@ template <int DT>
 __global__ void __launch_bounds__(LCT__DEC_WARPS * 32, lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params p) {
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
+  using E = typename lct__dec_tab<DT>::E;
+  __shared__ __align__(16) E s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
   const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_WARPS + warp;
   int *const wst = p.ws_status + T.slot;
   if constexpr (lct__dt<DT>::S > 0) {
-    const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_ENTRIES);
-    for (unsigned i = threadIdx.x; i < LCT__TABLE_ENTRIES / 8; i += LCT__DEC_WARPS * 32)
-      reinterpret_cast<uint4 *>(sm.tab)[i] = __ldg(tab_g + i);
+    const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
+    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_WARPS * 32)
+      reinterpret_cast<uint4 *>(s_tab)[i] = __ldg(tab_g + i);
     __syncthreads();
   }
   if (c >= n_chunks) return;
   /* Skip the work once the blob is known corrupt (read once: the warp must agree). */
   const int known = __shfl_sync(LCT__FULL, lane == 0 ? *(volatile int *)wst : 0, 0);
-  const int err = known == 0 ? lct__decode_chunk_warp<DT>(T, sm.tab, sm.warp[warp], c, n_chunks, lane) : 0;
+  const int err = known == 0 ? lct__decode_chunk_warp<DT>(T, s_tab, sm.warp[warp], c, n_chunks, lane) : 0;
   if (lane == 0) {
     if (err) atomicCAS(wst, 0, err);
     __threadfence();

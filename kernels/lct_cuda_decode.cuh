@@ -396,16 +396,33 @@ __device__ static inline uint32_t lct__code_topup(uint32_t *ring, const uint32_t
   return gfill;
 }
 
+/* The words of a round's mantissa rows (k each, laid end to end) a lane
+ * copies: words lane, lane + 32, ..., k of them; the first is column c0 of
+ * row t0, and each next dt rows and dc columns further. */
+struct lct__mant_walk {
+  uint32_t t0, c0, dt, dc;
+};
+
+__device__ static inline lct__mant_walk lct__mant_walk_of(uint32_t k, unsigned lane) {
+  return k ? lct__mant_walk{lane / k, lane % k, 32 / k, 32 % k} : lct__mant_walk{0, 0, 0, 0};
+}
+
 /* Mantissas of round rd: row t gets words [16 k t + k rd, 16 k t + k rd + k)
- * (lane t's elements [32 rd, 32 rd + 32)); this lane copies word col of rows
- * q, q + rpi, ... (q = 32 when it has none). Coalesced per row. */
+ * (lane t's elements [32 rd, 32 rd + 32)), copied by the whole warp, k words
+ * per lane, coalesced. */
 template <int DT>
 __device__ static inline void lct__fetch_mant(uint32_t (*rows)[lct__dec_cfg<DT>::MROW], const uint32_t *mant,
-                                             uint32_t mwords, uint32_t k, uint32_t rd, uint32_t q, uint32_t col,
-                                             uint32_t rpi) {
-  for (uint32_t t = q; t < 32; t += rpi) {
-    const uint32_t g = 16 * k * t + k * rd + col;
-    lct__cp_async4(&rows[t][col], mant + (g < mwords ? g : 0), g < mwords);
+                                             uint32_t mwords, uint32_t k, uint32_t rd, const lct__mant_walk &m) {
+  uint32_t t = m.t0, c = m.c0;
+  for (uint32_t i = 0; i < k; i++) {
+    const uint32_t g = 16 * k * t + k * rd + c;
+    lct__cp_async4(&rows[t][c], mant + (g < mwords ? g : 0), g < mwords);
+    c += m.dc;
+    t += m.dt;
+    if (c >= k) {
+      c -= k;
+      t++;
+    }
   }
 }
 
@@ -423,13 +440,12 @@ template <int DT>
 __device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out, uint32_t n, uint32_t rd, uint32_t j,
                                                unsigned lane) {
   constexpr unsigned W = lct__dt<DT>::W, G = lct__dec_cfg<DT>::G;
-#pragma unroll
-  for (unsigned u = 0; u < 2; u++) {
-    const uint32_t c = lane + 32 * u, t = c >> 1, h = c & 1, e = 32 * rd + j + h * G;
-    const uint32_t nt = n > t * LCT_LANE_ELEMS ? min(n - t * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
-    if (e + G <= nt)
-      *reinterpret_cast<uint4 *>(out + (size_t)(t * LCT_LANE_ELEMS + e) * W) = stage[lct__stage_slot(t, h)];
-  }
+  /* Half h of lanes t and t + 16: their slots are 32 apart, their elements 16 lanes. */
+  const uint32_t t = lane >> 1, h = lane & 1, e = t * LCT_LANE_ELEMS + 32 * rd + j + h * G;
+  const uint32_t slot = lct__stage_slot(t, h);
+  uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)e * W);
+  if (e + G <= n) dst[0] = stage[slot];
+  if (e + 16 * LCT_LANE_ELEMS + G <= n) dst[16 * LCT_LANE_ELEMS * W / 16] = stage[slot + 32];
 }
 
 /* Slow path, when the ring may hold fewer landed words than the next
@@ -516,9 +532,8 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
     const uint32_t phase = (uint32_t)(code_g - cbase), cend = phase + hwords, bit0 = 32 * phase + start;
     uint32_t *const ring = sm.code[lane];
     uint32_t gfill = lct__code_topup<DT>(ring, cbase, cend, bit0 >> 7, bit0 >> 5);
-    /* Round rows: lane copies word col of rows q, q + rpi, ... */
-    const uint32_t rpi = k ? 32 / k : 1, q = k && lane < rpi * k ? lane / k : 32, col = k ? lane % k : 0;
-    lct__fetch_mant<DT>(sm.mant[0], mant, mwords, k, 0, q, col, rpi);
+    const lct__mant_walk walk = lct__mant_walk_of(k, lane);
+    lct__fetch_mant<DT>(sm.mant[0], mant, mwords, k, 0, walk);
     lct__cp_commit();
     lct__cp_wait<0>();
     __syncwarp();
@@ -542,7 +557,7 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
     for (uint32_t rd = 0; rd < rounds; rd++) {
       /* In flight while this round decodes: the next round's rows and the
        * granules that refill the ring. */
-      if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], mant, mwords, k, rd + 1, q, col, rpi);
+      if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], mant, mwords, k, rd + 1, walk);
       gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
       lct__cp_commit();
 

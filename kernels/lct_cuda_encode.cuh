@@ -84,16 +84,20 @@ __device__ static void lct__write_header(uint8_t *dst, uint64_t n_elems, uint32_
   }
 }
 
-/* Warp 0: publishes this chunk's size and returns the sum of the sizes of the
- * tensor's earlier chunks (decoupled look-back over items [first, item)). Work
- * items are handed out in order, so every awaited predecessor is running. */
+/* One thread: publishes this chunk's size for its successors' look-back, as
+ * soon as it is known (the tensor's first chunk: its inclusive sum). */
+__device__ static inline void lct__lookback_publish(unsigned long long *st, uint32_t first, uint32_t item,
+                                                    uint32_t size) {
+  atomicExch(st + item, (item == first ? LCT__LB_INCL : LCT__LB_AGG) | size);
+}
+
+/* Warp 0, after lct__lookback_publish: returns the sum of the sizes of the
+ * tensor's earlier chunks (decoupled look-back over items [first, item)) and
+ * publishes this chunk's inclusive sum. Work items are handed out in order,
+ * so every awaited predecessor is running. */
 __device__ static inline uint64_t lct__lookback(unsigned long long *st, uint32_t first, uint32_t item, uint32_t size,
                                                 unsigned lane) {
-  if (item == first) {
-    if (lane == 0) atomicExch(st + item, LCT__LB_INCL | size);
-    return 0;
-  }
-  if (lane == 0) atomicExch(st + item, LCT__LB_AGG | size);
+  if (item == first) return 0;
   uint64_t excl = 0;
   int64_t pos = (int64_t)item - 1;
   for (;;) {
@@ -336,12 +340,11 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   if (S > 0 && tid == 0 && T.code_bits && LCT_CODED_CHUNK_HEADER + mbytes < raw_size)
     atomicAdd(T.code_bits, (unsigned long long)total);
 
-  if (warp == 0) {
-    const uint64_t excl = lct__lookback(p.lookback, T.begin, item, size, lane);
-    if (lane == 0) s_excl = excl;
-  }
+  if (tid == 0) lct__lookback_publish(p.lookback, T.begin, item, size);
   /* Build the chunk image in shared memory (for a coded chunk over the raw
-   * input, which every thread holds in registers by now). */
+   * input, which every thread holds in registers by now); the look-back waits
+   * for the chunk's predecessors only once it is built, when they have most
+   * likely published their sizes. */
   const unsigned mwords = mbytes / 4, code0 = LCT_CODED_CHUNK_HEADER / 4 + mwords;
   if (coded) {
     for (unsigned q = tid; q < hbytes / 4; q += LCT__ENC_THREADS) stage[lct__pidx(code0 + q)] = 0;
@@ -356,7 +359,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
     stage[lct__pidx(0)] = 0;
     stage[lct__pidx(1)] = bchk;
   }
-  __syncthreads(); /* code words zeroed; s_excl published */
+  __syncthreads(); /* code words zeroed */
   if constexpr (S > 0) {
     if (coded && tbits) { /* neighbours share boundary words: OR them in */
       const unsigned q = code0 + (bitpos >> 5), na = bitpos & 31;
@@ -367,6 +370,11 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
       }
     }
   }
+  if (warp == 0) {
+    const uint64_t excl = lct__lookback(p.lookback, T.begin, item, size, lane);
+    if (lane == 0) s_excl = excl;
+  }
+  __syncthreads(); /* codes in place; s_excl published */
   const uint64_t off = data_start + s_excl;
   if (tid == 0) {
     reinterpret_cast<uint64_t *>(dst + L::TABLE)[c] = off;
@@ -375,7 +383,6 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
       *T.blob_bytes = off + size;
     }
   }
-  __syncthreads();
   uint32_t *out = reinterpret_cast<uint32_t *>(dst + off);
   for (unsigned a = tid; a < size / 4; a += LCT__ENC_THREADS) out[a] = stage[lct__pidx(a)];
 }

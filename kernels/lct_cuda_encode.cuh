@@ -175,25 +175,28 @@ __device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32
 }
 
 /* ORs the codes of this thread's first nv elements into the staged code
- * section from word q, bit na on; straight-line code, the flushes predicated. */
+ * section from word q, bit na on; straight-line code, the flushes predicated.
+ * A code (at most 24 bits) at bit na < 32 spills at most one word: its part
+ * past the word is one funnel shift. */
 template <unsigned W, unsigned M, bool FULL>
 __device__ static inline void lct__emit_codes(const uint32_t *x, const uint32_t *enc, uint32_t *stage, unsigned q,
                                               unsigned na, unsigned nv) {
-  uint64_t acc = 0;
+  uint32_t acc = 0;
 #pragma unroll
   for (unsigned e = 0; e < LCT__EPT; e++) {
     if (FULL || e < nv) {
-      const uint32_t ent = enc[lct__elem<W>(x, e) >> M];
-      acc |= (uint64_t)(ent & 0xffffffu) << na;
+      const uint32_t ent = enc[lct__elem<W>(x, e) >> M], code = ent & 0xffffffu;
+      acc |= code << na;
+      const uint32_t spill = __funnelshift_l(code, 0, na); /* code >> (32 - na); 0 when na is 0 */
       na += ent >> 24;
       const bool full = na >= 32;
-      if (full) atomicOr(&stage[lct__pidx(q)], (uint32_t)acc);
-      acc = full ? acc >> 32 : acc;
+      if (full) atomicOr(&stage[lct__pidx(q)], acc);
+      acc = full ? spill : acc;
       q += full;
-      na -= full ? 32 : 0;
+      na &= 31;
     }
   }
-  if (na) atomicOr(&stage[lct__pidx(q)], (uint32_t)acc);
+  if (na) atomicOr(&stage[lct__pidx(q)], acc);
 }
 
 /* Blocks per SM the register budget is sized for: 3 (42 registers) where the
@@ -212,7 +215,8 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   extern __shared__ uint32_t stage[];
   __shared__ uint32_t s_enc[S ? 1u << S : 1];
   __shared__ uint32_t s_hist[S ? 1u << S : 1]; /* the chunk's symbol counts, when the tensor takes them */
-  __shared__ uint32_t s_wbits[16], s_wchk[16], s_wor[16], s_lane_bits[32];
+  __shared__ uint4 s_warp[LCT__ENC_THREADS / 32]; /* per warp: code bits, check, mantissa OR */
+  __shared__ uint32_t s_lane_bits[32];
   __shared__ uint32_t s_item;
   __shared__ uint64_t s_excl;
 
@@ -246,9 +250,25 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
     if (T.hist)
       for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) s_hist[i] = 0;
   }
-  /* Coalesced load of the chunk into shared memory, then each thread takes its
-   * 32 consecutive elements into registers. */
-  if (T.aligned && n == LCT_CHUNK_ELEMS) {
+  /* Each thread's 32 consecutive elements into registers: a full aligned
+   * chunk of 1- and 2-byte elements straight from global memory (a warp's
+   * 16-byte loads, 32 or 64 bytes apart, cover whole sectors between them,
+   * and L1 keeps the parts the next load takes; f32's 128 bytes per thread
+   * outgrow it), any other through shared memory, where a raw chunk keeps its
+   * bytes (after its 8-byte header). */
+  uint32_t x[WPT];
+  const bool direct = W <= 2 && T.aligned && n == LCT_CHUNK_ELEMS; /* the same for the whole block */
+  if (direct) {
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(src) + tid * (WPT / 4);
+#pragma unroll
+    for (unsigned r = 0; r < WPT / 4; r++) {
+      const uint4 v = __ldg(s4 + r);
+      x[4 * r] = v.x;
+      x[4 * r + 1] = v.y;
+      x[4 * r + 2] = v.z;
+      x[4 * r + 3] = v.w;
+    }
+  } else if (T.aligned && n == LCT_CHUNK_ELEMS) { /* coalesced */
     constexpr unsigned UNITS = CHUNK_WORDS / 4 / LCT__ENC_THREADS;
     const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
     uint4 v[UNITS];
@@ -268,10 +288,10 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
       stage[lct__pidx(2 + j)] = lct__load_word<W>(src, j, nbytes);
   }
   __syncthreads();
-  /* The raw bytes sit where a raw chunk keeps them (after its 8-byte header). */
-  uint32_t x[WPT];
+  if (!direct) {
 #pragma unroll
-  for (unsigned j = 0; j < WPT; j++) x[j] = stage[lct__pidx(2 + tid * WPT + j)];
+    for (unsigned j = 0; j < WPT; j++) x[j] = stage[lct__pidx(2 + tid * WPT + j)];
+  }
 
   /* Check, mantissa OR and code bits of this thread's elements. */
   const uint64_t word0 = (uint64_t)c * CHUNK_WORDS + tid * WPT;
@@ -302,21 +322,17 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   for (int o = 8; o; o >>= 1) lbits += __shfl_xor_sync(LCT__FULL, lbits, o);
   chk = lct__warp_sum(chk);
   mor = lct__warp_or(mor);
-  if (lane == 31) s_wbits[warp] = incl;
-  if (lane == 0) {
-    s_wchk[warp] = chk;
-    s_wor[warp] = mor;
-  }
+  if (lane == 31) s_warp[warp] = make_uint4(incl, chk, mor, 0);
   if ((lane & 15) == 0) s_lane_bits[tid >> 4] = lbits;
   __syncthreads();
   uint32_t total = 0, before = 0, bchk = 0, bor = 0;
 #pragma unroll
   for (unsigned w = 0; w < LCT__ENC_THREADS / 32; w++) {
-    const uint32_t b = s_wbits[w];
-    before += w < warp ? b : 0;
-    total += b;
-    bchk += s_wchk[w];
-    bor |= s_wor[w];
+    const uint4 v = s_warp[w];
+    before += w < warp ? v.x : 0;
+    total += v.x;
+    bchk += v.y;
+    bor |= v.z;
   }
   const uint32_t bitpos = before + incl - tbits; /* this thread's first bit in the code section */
   if constexpr (S > 0) {
@@ -355,9 +371,15 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
     if (tid < 16) stage[lct__pidx(2 + tid)] = s_lane_bits[2 * tid] | s_lane_bits[2 * tid + 1] << 16;
     /* 32 elements of k bits: exactly k words, word-aligned. */
     if constexpr (S > 0) lct__pack_mant_k<W, M>(k, x, stage, tid * k, mwords);
-  } else if (tid == 0) { /* the raw bytes are in place, zero-padded */
-    stage[lct__pidx(0)] = 0;
-    stage[lct__pidx(1)] = bchk;
+  } else { /* a raw chunk: the raw bytes, zero-padded, behind the header */
+    if (tid == 0) {
+      stage[lct__pidx(0)] = 0;
+      stage[lct__pidx(1)] = bchk;
+    }
+    if (direct) {
+#pragma unroll
+      for (unsigned j = 0; j < WPT; j++) stage[lct__pidx(2 + tid * WPT + j)] = x[j];
+    }
   }
   __syncthreads(); /* code words zeroed */
   if constexpr (S > 0) {

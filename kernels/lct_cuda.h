@@ -87,7 +87,7 @@ size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t 
 int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
-/* One tensor: lct_cuda_encode_batch with a single item (code_bits NULL). */
+/* One tensor: lct_cuda_encode_batch with a single item (code_bits and hist NULL). */
 int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems, void *dst,
                     size_t cap, uint64_t *blob_bytes, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 

@@ -36,7 +36,7 @@ struct decode_launch {
     LCT__LAUNCH_CHECK();
     if (n_blocks) {
       constexpr size_t smem = lct__dec_smem_bytes<DT>();
-      if (smem > 48 * 1024) { /* beyond the default limit; shared memory over L1 for residency */
+      if (smem + lct__dec_table_bytes<DT>() > 48 * 1024) { /* beyond the default limit; shared memory over L1 for residency */
         LCT__CUDA_TRY(cudaFuncSetAttribute(lct__decode_chunk_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
         LCT__CUDA_TRY(cudaFuncSetAttribute(lct__decode_chunk_kernel<DT>,

@@ -43,13 +43,13 @@ template <int DT> struct lct__dec_tab {
   static constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
   static constexpr unsigned SH = M >= 5 ? M : 5;
   static constexpr uint32_t RARE = 16, SMASK = (1u << S) - 1, SYMS = SMASK << SH;
-  using E = typename lct__dec_entry_type<(S + SH > 16)>::T;
-  static constexpr unsigned LOG = sizeof(E) == 4 ? 2 : 1;                 /* an index to a byte offset */
+  using Ent = typename lct__dec_entry_type<(S + SH > 16)>::T;
+  static constexpr unsigned LOG = sizeof(Ent) == 4 ? 2 : 1;                 /* an index to a byte offset */
   static constexpr uint32_t OFFSETS = (LCT__TABLE_ENTRIES - 1) << LOG; /* the byte offset's bits */
-  static_assert(S + SH <= 8 * sizeof(E) && LCT_MAX_CODE_LEN < 16, "an entry's fields");
+  static_assert(S + SH <= 8 * sizeof(Ent) && LCT_MAX_CODE_LEN < 16, "an entry's fields");
 
-  __device__ static E entry(unsigned sym, unsigned len, unsigned esc) {
-    return (E)(sym == esc ? RARE | len : sym << SH | len);
+  __device__ static Ent entry(unsigned sym, unsigned len, unsigned esc) {
+    return (Ent)(sym == esc ? RARE | len : sym << SH | len);
   }
   /* Entry e's symbol at bit M of an element. */
   __device__ static uint32_t sym_bits(uint32_t e) {
@@ -188,10 +188,10 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
     /* Entry idx holds the next 12 stream bits (LSB-first): the code read MSB
      * first is their bit reversal. */
     using TAB = lct__dec_tab<DT>;
-    auto *tab = reinterpret_cast<typename TAB::E *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
+    auto *tab = reinterpret_cast<typename TAB::Ent *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
     for (unsigned idx = tid; idx < LCT__TABLE_ENTRIES; idx += LCT__HDR_THREADS) {
       const unsigned v = __brev(idx) >> (32 - CL);
-      typename TAB::E entry = (typename TAB::E)TAB::RARE; /* an invalid code: length 0 */
+      typename TAB::Ent entry = (typename TAB::Ent)TAB::RARE; /* an invalid code: length 0 */
       for (unsigned l = 1; l <= CL; l++) {
         const unsigned d = (v >> (CL - l)) - s_first[l];
         if (d < s_count[l]) {
@@ -264,17 +264,18 @@ template <int DT> struct lct__dec_cfg {
   static constexpr unsigned RW = 4 * RG;
   static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
   static_assert(4 * RG >= G + 4, "a full ring must hold the words a store group may read");
+  static_assert(4 * RG >= 12 + 4, "a full ring must hold the words a round without ESC may read");
 };
 
 /* Shared memory of one warp: output staging (lane t's two latest store
- * groups), lane t's code ring, and round rows of mantissas (row t: lane t's
- * k words of the round). */
+ * groups), lane t's reader state at the round's start (for a round decoded
+ * again), lane t's code ring, and round rows of mantissas (row t: lane t's k
+ * words of the round). */
 template <int DT> struct lct__dec_warp_smem {
   uint4 stage[64];
   uint4 saved[2][32]; /* lane t's reader, check and multiplier at the round's start */
   uint32_t code[32][lct__dec_cfg<DT>::RW];
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
-  uint32_t mant_end; /* a 32-bit window of the last row's last bits reads the word after it */
 };
 
 template <int DT> struct lct__dec_smem {
@@ -285,7 +286,7 @@ template <int DT> struct lct__dec_smem {
  * decode table is static shared memory, at an address the compiler knows. */
 template <int DT> constexpr size_t lct__dec_smem_bytes() { return lct__dt<DT>::S ? sizeof(lct__dec_smem<DT>) : 0; }
 template <int DT> constexpr size_t lct__dec_table_bytes() {
-  return lct__dt<DT>::S ? LCT__TABLE_ENTRIES * sizeof(typename lct__dec_tab<DT>::E) : 0;
+  return lct__dt<DT>::S ? LCT__TABLE_ENTRIES * sizeof(typename lct__dec_tab<DT>::Ent) : 0;
 }
 
 /* Blocks per SM the register budget is set for: as many as shared memory
@@ -324,13 +325,14 @@ template <int DT> __device__ static inline void lct__commit(lct__code_reader &r,
 }
 
 /* Takes one symbol, ESC and invalid codes included, and returns it at bit M
- * of an element: the exact reader, for rounds that met either. A code takes
+ * of an element: the exact reader, for rounds that met either and for the
+ * tail of a partial lane. A code takes
  * at most 12 bits, so a fresh window covers two, and the symbol loop commits
  * once per pair; ESC's raw symbol may need more bits than are left, so that
  * path commits before it and again after, leaving a fresh window as a commit
  * does. */
 template <int DT>
-__device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const typename lct__dec_tab<DT>::E *tab,
+__device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
                                                    const uint32_t *ring) {
   using TAB = lct__dec_tab<DT>;
   static_assert(2 * LCT_MAX_CODE_LEN <= 32, "a window holds the two codes of a pair");
@@ -355,14 +357,14 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
  * is shifted to byte offsets once (it loses its top bits; the pair reads at
  * most 24), so that each lookup is one AND from its shared load. */
 template <int DT>
-__device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::E *tab,
+__device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
                                                  uint32_t &x0, uint32_t &x1) {
   using TAB = lct__dec_tab<DT>;
-  using E = typename TAB::E;
+  using Ent = typename TAB::Ent;
   const char *base = reinterpret_cast<const char *>(tab);
   const uint32_t wb = r.win << TAB::LOG;
-  const uint32_t e0 = *reinterpret_cast<const E *>(base + (wb & TAB::OFFSETS)), l0 = e0 & 15;
-  const uint32_t e1 = *reinterpret_cast<const E *>(base + ((wb >> l0) & TAB::OFFSETS));
+  const uint32_t e0 = *reinterpret_cast<const Ent *>(base + (wb & TAB::OFFSETS)), l0 = e0 & 15;
+  const uint32_t e1 = *reinterpret_cast<const Ent *>(base + ((wb >> l0) & TAB::OFFSETS));
   r.used = l0 + (e1 & 15);
   x0 = TAB::sym_bits(e0);
   x1 = TAB::sym_bits(e1);
@@ -426,6 +428,18 @@ __device__ static inline void lct__fetch_mant(uint32_t (*rows)[lct__dec_cfg<DT>:
   }
 }
 
+/* The 32 bits of a lane's mantissa row from bit b on, at their place in the
+ * element (trim). The word after b's may lie past the row's k words (its
+ * bits go unused); where the row has no word after its M (M odd, the stride
+ * then M), its last word is read again instead, so that every read stays in
+ * the lane's own row. */
+template <int DT> __device__ static inline uint32_t lct__mant_window(const uint32_t *row, uint32_t b, uint32_t trim) {
+  constexpr unsigned M = lct__dt<DT>::M, MROW = lct__dec_cfg<DT>::MROW;
+  uint32_t next = (b >> 5) + 1;
+  if constexpr (MROW == M) next = min(next, MROW - 1);
+  return __funnelshift_r(row[b >> 5], row[next], b) << trim;
+}
+
 /* Slot of half h (a store group) of lane t's staged 32 bytes, swizzled so that
  * both a lane-per-row write and a two-threads-per-row read hit 8 distinct
  * 16-byte bank groups per quarter warp. */
@@ -466,7 +480,7 @@ __device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32
  * then lane t rebuilds elements [512 t, 512 t + 512) and stores them. Returns
  * (warp-uniformly) 0, LCT_ECORRUPT or LCT_ECHECKSUM. */
 template <int DT>
-__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::E *tab,
+__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
                                             lct__dec_warp_smem<DT> &sm,
                                              uint32_t c, uint32_t n_chunks, unsigned lane) {
   using L = lct__layout_of<DT>;
@@ -591,7 +605,7 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
 #pragma unroll
             for (unsigned i = 0; i < G; i += E) {
               const uint32_t b = b0 + i * k;
-              uint32_t mv = __funnelshift_r(row[b >> 5], row[(b >> 5) + 1], b) << trim;
+              uint32_t mv = lct__mant_window<DT>(row, b, trim);
 #pragma unroll
               for (unsigned g = 0; g < E; g++) {
                 x[i + g] |= mv & kmask;
@@ -628,9 +642,8 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
       };
       /* Most rounds hold no ESC and no invalid code: decoded without a branch
        * per symbol. A round where any lane met one is decoded again, by the
-       * whole warp, from the state saved here; the ring's granules from there
-       * on are fetched again, since the first pass may have run ahead of the
-       * true position and refilled their slots. */
+       * whole warp, from the state saved here (the first pass refills no
+       * ring slot: its one top-up comes before its first symbol). */
       sm.saved[0][lane] = make_uint4(r.lo, r.hi, r.nw, r.pos);
       sm.saved[1][lane] = make_uint4(r.wa, chk, mw, 0);
       if (__any_sync(LCT__FULL, whole_groups(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
@@ -638,19 +651,13 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
         r.lo = a.x, r.hi = a.y, r.nw = a.z, r.pos = a.w, r.wa = b.x, chk = b.y, mw = b.z;
         r.win = __funnelshift_r(r.lo, r.hi, r.pos);
         r.used = 0;
-        lct__cp_wait<0>();
-        gfill = lct__code_topup<DT>(ring, cbase, cend, (r.wa + 1) >> 2, r.wa);
-        lct__cp_commit();
-        lct__cp_wait<0>();
-        gdone = gfill;
-        __syncwarp();
         whole_groups(lct__bool<true>());
       }
       if (jn % G) { /* the tail of a partial lane, by the exact reader */
         lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, G);
         for (uint32_t j = jn - jn % G; j < jn; j++) {
           const uint32_t b = j * k, e = e0 + 32 * rd + j;
-          const uint32_t m = (__funnelshift_r(row[b >> 5], row[(b >> 5) + 1], b) << trim) & kmask;
+          const uint32_t m = lct__mant_window<DT>(row, b, trim) & kmask;
           const uint32_t x = lct__take_symbol<DT>(r, tab, ring) | m;
           lct__commit<DT>(r, ring);
           chk += (x << (8 * ((e * W) & 3))) * ((mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
@@ -680,8 +687,8 @@ template <int DT>
 __global__ void __launch_bounds__(LCT__DEC_WARPS * 32, lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params p) {
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
-  using E = typename lct__dec_tab<DT>::E;
-  __shared__ __align__(16) E s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
+  using Ent = typename lct__dec_tab<DT>::Ent;
+  __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];

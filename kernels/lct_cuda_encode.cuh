@@ -34,8 +34,9 @@ struct lct__enc_params {
  * per-thread accesses free of bank conflicts. */
 __device__ static inline unsigned lct__pidx(unsigned a) { return a + (a >> 5); }
 
-/* Dynamic shared memory of the encoder: the chunk image (raw input, then the
- * output chunk, at most 8 + 16384 w bytes), padded. */
+/* Dynamic shared memory of the encoder: the chunk image (the raw input where
+ * it is not loaded straight into registers, then the output chunk, at most
+ * 8 + 16384 w bytes), padded. */
 template <int DT> constexpr unsigned lct__enc_stage_bytes() {
   constexpr unsigned words = 2 + 4096 * lct__dt<DT>::W;
   return 4 * (words + words / 32 + 1);
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
       x[4 * r + 2] = v.z;
       x[4 * r + 3] = v.w;
     }
-  } else if (T.aligned && n == LCT_CHUNK_ELEMS) { /* coalesced */
+  } else if (W == 4 && T.aligned && n == LCT_CHUNK_ELEMS) { /* coalesced */
     constexpr unsigned UNITS = CHUNK_WORDS / 4 / LCT__ENC_THREADS;
     const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
     uint4 v[UNITS];

@@ -28,6 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
+from gpt_shapes import SHAPES  # noqa: E402
 from lct.client import Batch  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -39,11 +40,6 @@ ap.add_argument("--request-mib", type=int, default=64)
 a = ap.parse_args()
 os.makedirs(a.out, exist_ok=True)
 
-D, LAYERS, VOCAB, BLOCK = 1024, 12, 256, 512
-SHAPES = [(VOCAB, D), (BLOCK, D)]
-for _ in range(LAYERS):
-    SHAPES += [(D,), (D,), (3 * D, D), (3 * D,), (D, D), (D,), (D,), (D,), (4 * D, D), (4 * D,), (D, 4 * D), (D,)]
-SHAPES += [(D,), (D,)]
 
 
 def moments():

@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
+from gpt_shapes import SHAPES  # noqa: E402
 import lct.optim  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -35,11 +36,6 @@ ap.add_argument("--scratch-mib", type=int, default=2048)
 a = ap.parse_args()
 os.makedirs(a.out, exist_ok=True)
 
-D, LAYERS, VOCAB, BLOCK = 1024, 12, 256, 512
-SHAPES = [(VOCAB, D), (BLOCK, D)]
-for _ in range(LAYERS):
-    SHAPES += [(D,), (D,), (3 * D, D), (3 * D,), (D, D), (D,), (D,), (D,), (4 * D, D), (4 * D,), (D, 4 * D), (D,)]
-SHAPES += [(D,), (D,)]
 HYPER = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
 

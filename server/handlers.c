@@ -1,7 +1,6 @@
 /* handlers.c — lctd request handlers: parse a frame, dispatch by op, reply. */
 #include "handlers.h"
 
-#include <assert.h>
 #include <inttypes.h>
 #include <nanomsg/nn.h>
 #include <stdarg.h>
@@ -153,16 +152,22 @@ static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
 static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The error of an item of a _MANY request: failed_item, and a message that
- * starts with its index. */
+static int lct__is_many(const lct__request *rq) {
+  return rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY;
+}
+
+/* The error of an item of a device request: for a _MANY op, failed_item and a
+ * message that starts with its index; PUT_DEVICE and GET_DEVICE (served as
+ * one item) name none. */
 static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...) {
+  const int many = lct__is_many(rq);
   char text[512];
-  int k = snprintf(text, sizeof text, "item %zu: ", item);
+  int k = many ? snprintf(text, sizeof text, "item %zu: ", item) : 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text + k, sizeof text - (size_t)k, fmt, ap);
   va_end(ap);
-  lct__reply_status(rq, err, (long)item, text);
+  lct__reply_status(rq, err, many ? (long)item : -1, text);
 }
 
 static void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m) {
@@ -656,10 +661,6 @@ static int lct__batch_map_or_reply(lct__request *rq) {
   return 1;
 }
 
-static int lct__is_many(const lct__request *rq) {
-  return rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY;
-}
-
 /* The items' metas, in order, as the reply of a _MANY op; the one item's as
  * that of PUT_DEVICE or GET_DEVICE. */
 static void lct__reply_batch(lct__request *rq) {
@@ -689,7 +690,7 @@ static void lct__device_batch_ended(void *arg, int rc, size_t failed, const char
   lct__request *rq = arg;
   if (rc == 0)
     lct__reply_batch(rq);
-  else if (failed < rq->n_batch && lct__is_many(rq))
+  else if (failed < rq->n_batch)
     lct__reply_item_error(rq, rc, failed, "%s", why);
   else
     lct__reply_error(rq, rc, "%s", why);

@@ -997,13 +997,14 @@ static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   int rc = job == NULL ? LCT_ENOMEM : lct__persist_begin(srv, &job->snap);
   if (rc == 0 && uv_async_init(srv->loop, &job->written, lct__save_written) != 0) {
     lct__persist_result ignored;
-    lct__persist_end(srv, job->snap, &ignored);
+    lct__persist_end(srv, job->snap, &ignored); /* counts the save */
+    srv->stats.persist_failures++;
     rc = LCT_ENOMEM;
+  } else if (rc != 0) {
+    lct__persist_failed(srv);
   }
   if (rc != 0) {
     lct__persist_result none = {0};
-    srv->stats.persist_saves++;
-    srv->stats.persist_failures++;
     for (size_t i = 0; i < n; i++)
       lct__save_reply(rqs[i], rc, &none);
     free(rqs);

@@ -256,6 +256,11 @@ void lct__persist_write(lct__snapshot *sv) {
   sv->rc = sv->r.failed == 0 ? 0 : LCT_EIO;
 }
 
+void lct__persist_failed(lct__server *srv) {
+  srv->stats.persist_saves++;
+  srv->stats.persist_failures++;
+}
+
 int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r) {
   for (size_t i = 0; i < sv->n; i++)
     if (sv->written[i])
@@ -276,8 +281,7 @@ int lct__persist_save(lct__server *srv, lct__persist_result *r) {
   int rc = lct__persist_begin(srv, &sv);
   if (rc != 0) {
     lct__log_error("persist: cannot save to %s: out of memory", srv->cfg.persist_dir);
-    srv->stats.persist_saves++;
-    srv->stats.persist_failures++;
+    lct__persist_failed(srv);
     return LCT_EIO;
   }
   lct__persist_write(sv);
@@ -374,11 +378,6 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
         (i > 0 && i + 1 < n_seg && sg->raw_bytes != e->segments[0].raw_bytes) ||
         (i + 1 < n_seg && sg->raw_bytes == 0) || blob > budget - blob_total)
       goto fail;
-    if (sg->raw_bytes > srv->cfg.segment_size) { /* saved under a larger segment_size: intact, set aside */
-      rc = LCT_E2BIG;
-      *why = "segment larger than segment_size (decoders hold one segment at a time)";
-      goto fail;
-    }
     sg->blob_bytes = (size_t)blob;
     raw_off += sg->raw_bytes;
     blob_total += blob;
@@ -386,6 +385,14 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
   *why = "inconsistent segment table";
   if (raw_off != decl.raw_bytes || blob_total != budget)
     goto fail;
+  /* A consistent table whose first (largest) segment exceeds segment_size was
+   * saved under a larger one: intact, set aside. */
+  if (e->segments[0].raw_bytes > srv->cfg.segment_size) {
+    rc = LCT_E2BIG;
+    *why = "segment larger than segment_size (decoders hold one segment at a time)";
+    goto fail;
+  }
+  *why = "the pool has no room for it";
   for (uint32_t i = 0; i < n_seg; i++) {
     lct__segment *sg = &e->segments[i];
     if ((rc = lct__pool_alloc(srv->pool, sg->blob_bytes, &sg->blob)) != 0)
@@ -482,8 +489,8 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
       continue;
     }
     if (rc != 0) {
-      lct__log_error("persist: %s/%s does not fit (%s); skipped and renamed %s.unloaded", path, name,
-                     lct_strerror(rc), name);
+      lct__log_error("persist: %s/%s does not fit (%s: %s); skipped and renamed %s.unloaded", path, name,
+                     lct_strerror(rc), why, name);
       lct__set_aside(srv, dir, name, ".unloaded");
       skipped++;
       continue;

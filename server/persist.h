@@ -26,14 +26,16 @@ typedef struct lct__persist_result {
 int lct__persist_begin(lct__server *srv, lct__snapshot **out);
 void lct__persist_write(lct__snapshot *sv);
 int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r);
+/* Counts a save that failed before it began (no snapshot). */
+void lct__persist_failed(lct__server *srv);
 
 /* The three steps in a row, on the calling (loop) thread: at stop. */
 int lct__persist_save(lct__server *srv, lct__persist_result *r);
 
 /* Restores every snapshot file of persist_dir into the store with its
  * version, checksum and coded bytes. A corrupt or truncated file is logged,
- * renamed NAME.corrupt and skipped; one that does not fit the pool is renamed
- * NAME.unloaded; leftover temporary files of an interrupted save are removed.
+ * renamed NAME.corrupt and skipped; one that does not fit the pool, or was
+ * saved with segments larger than segment_size, is renamed NAME.unloaded; leftover temporary files of an interrupted save are removed.
  * Never fails for a bad file; LCT_EIO only when the directory itself cannot
  * be read or created. */
 int lct__persist_load(lct__server *srv, char *err, size_t errlen);

@@ -302,8 +302,9 @@ static int lct__read(lct__reader *rd, void *p, size_t len) {
   return 0;
 }
 
-/* Reads and checks one snapshot file into a new entry. Returns 0, LCT_ECORRUPT
- * (with why), or the pool's LCT_ENOSPC / LCT_ENOMEM. */
+/* Reads and checks one snapshot file into a new entry. Returns 0, LCT_ECORRUPT,
+ * LCT_E2BIG (segments above segment_size), or the pool's LCT_ENOSPC /
+ * LCT_ENOMEM; why says which check failed. */
 static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_t *buf,
                           lct__entry **out, const char **why) {
   const lct__backend *be = lct__pool_backend(srv->pool);

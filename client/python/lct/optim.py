@@ -271,10 +271,14 @@ class OffloadedAdamW(torch.optim.Optimizer):
                     raise
             return job
 
-        def finish(errors):
+        def finish(errors, unstored):
             # Ends a step: lets go of the requests' values and of the scratch,
             # which goes back to the allocator unless a request cut off may
-            # still be writing into it.
+            # still be writing into it. The groups in unstored were not (all)
+            # put back: their parameters made fresh this step lose the state
+            # their keys did not get.
+            for i in unstored:
+                self._forget_unstored(plans[i])
             for batches in (self._fetches, self._stores):
                 for _, b in batches.values():
                     b.release()
@@ -285,7 +289,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
         def finish_last():
             error = _failure(stored[-1]) if stored[-1] is not None else None
-            finish([error])
+            finish([error], [len(plans) - 1] if error is not None else [])
             if error is not None:
                 raise error
 
@@ -305,7 +309,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
         except BaseException as e:
             # Nothing may touch the scratch once it returns to the allocator;
             # any request cut off keeps it from going back.
-            finish([e] + [_failure(job) for job in fetched + stored if job is not None])
+            failures = [_failure(job) if job is not None else None for job in stored]
+            unstored = [i for i in range(len(plans)) if i >= len(stored) or failures[i] is not None]
+            finish([e] + [_failure(job) for job in fetched if job is not None] + failures, unstored)
             raise
         # The last group's states go back while the trainer goes on; a mover
         # thread then lets go of the scratch, and the next step waits for it.
@@ -334,6 +340,20 @@ class OffloadedAdamW(torch.optim.Optimizer):
             self._movers = (ThreadPoolExecutor(1, thread_name_prefix="lct-fetch"),
                             ThreadPoolExecutor(1, thread_name_prefix="lct-store"))
         return self._movers[bool(put)]
+
+    def _forget_unstored(self, plan):
+        """After plan's store failed: each parameter whose state was made at
+        this step keeps it only if all its keys reached lctd (a store of host
+        values may fail part way); otherwise a later step starts it afresh
+        instead of fetching keys that do not exist."""
+        for (_, p, *_, fresh), keys in zip(plan.work, plan.layout.entries):
+            if not fresh or not self.state[p]:
+                continue
+            try:
+                for key in keys[-1]:
+                    self._store_client.stat(key)
+            except LctError:  # missing, or lctd out of reach: start afresh either way
+                del self.state[p]
 
     def _put_raw(self, items, event, after):
         _await(event, after)

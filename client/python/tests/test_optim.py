@@ -207,6 +207,8 @@ class TestOffloadedAdamW(LctdTestCase):
         for i, p in enumerate(params):
             if stored[i]:
                 self.assertEqual(float(opt.state[p]["step"]), 1.0, f"parameter {i} was updated")
+            else:  # not reached, or updated but its store failed
+                self.assertFalse(opt.state[p], f"parameter {i} has a state but no keys in lctd")
         self.assertFalse(opt.state[params[-1]], "the last parameter was not reached")
 
     def test_scratch_bound(self):

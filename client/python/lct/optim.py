@@ -459,6 +459,19 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if unsupported:
                 raise ValueError(f"OffloadedAdamW cannot continue a state with {', '.join(unsupported)}")
         moments = state_dict["state"]
+        # Every state checked before anything is replaced: a bad one leaves this optimizer as it was.
+        params = {index: p for index, _, p in self._indexed_params()}
+        for index, st in moments.items():
+            p = params.get(index)
+            if p is None:
+                continue  # the parameter groups disagree: the loader below says so
+            for name in ("step", "exp_avg", "exp_avg_sq") + (("master_param",) if "master_param" in st else ()):
+                t = st.get(name)
+                if t is None:
+                    raise ValueError(f"the state of parameter {index} has no {name}")
+                if name != "step" and tuple(t.shape) != tuple(p.shape):
+                    raise ValueError(f"the {name} of parameter {index} has shape {tuple(t.shape)}, "
+                                     f"the parameter {tuple(p.shape)}")
         # Only the steps pass through Optimizer's loader: the moments would be
         # moved to the parameters' devices in full. Steps are copied: the
         # loader would share them with state_dict, and steps count in place.

@@ -163,6 +163,27 @@ class TestOffloadedAdamW(LctdTestCase):
                 taker.load_state_dict(off.state_dict())
                 self.assertStatesEqual(ref, taker, f"{device} into torch")
 
+    def test_load_state_dict_checks_before_it_replaces(self):
+        # A state whose moments do not fit the parameters, or lack one, is
+        # refused before anything is replaced: the optimizer keeps its own.
+        model = torch.nn.Linear(8, 4)
+        opt = lct.optim.OffloadedAdamW(model.parameters(), self.client, key_prefix=self.key(), **HYPER)
+        model(torch.randn(4, 8)).square().mean().backward()
+        opt.step()
+        good = opt.state_dict()
+        for what, bad in (("shape", lambda st: st.update(exp_avg=st["exp_avg"].reshape(-1)[:-1])),
+                          ("missing", lambda st: st.pop("exp_avg_sq"))):
+            sd = copy.deepcopy(good)
+            sd["param_groups"][0]["lr"] = 1.0
+            bad(sd["state"][0])
+            with self.assertRaises(ValueError, msg=what):
+                opt.load_state_dict(sd)
+            self.assertNotEqual(opt.param_groups[0]["lr"], 1.0, what)
+            after = opt.state_dict()
+            for i in good["state"]:
+                for k in good["state"][i]:
+                    self.assertTrue(torch.equal(after["state"][i][k], good["state"][i][k]), f"{what}: {i} {k}")
+
     def test_load_state_dict_in_place_takes_its_hyperparameters(self):
         # load_state_dict makes new param_group dicts: an optimizer that has
         # stepped already must update with theirs, not the ones it kept.

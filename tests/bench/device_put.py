@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
-from gpt_shapes import SHAPES  # noqa: E402
+from gpt import shapes  # noqa: E402
 from lct.client import Batch  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -38,6 +38,7 @@ ap.add_argument("--rounds", type=int, default=30)
 ap.add_argument("--skip", type=int, default=4, help="first rounds left out")
 ap.add_argument("--request-mib", type=int, default=64)
 a = ap.parse_args()
+SHAPES = shapes()  # train_offload.py's GPT
 os.makedirs(a.out, exist_ok=True)
 
 

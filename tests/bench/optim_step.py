@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
-from gpt_shapes import SHAPES  # noqa: E402
+from gpt import shapes  # noqa: E402
 import lct.optim  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -34,6 +34,7 @@ ap.add_argument("--rounds", type=int, default=40)
 ap.add_argument("--skip", type=int, default=5, help="first rounds left out (codebooks built, caches settling)")
 ap.add_argument("--scratch-mib", type=int, default=2048)
 a = ap.parse_args()
+SHAPES = shapes()  # train_offload.py's GPT
 os.makedirs(a.out, exist_ok=True)
 
 HYPER = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)

@@ -24,13 +24,13 @@ import urllib.request
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, set before CUDA starts
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "tests"))
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
+from gpt import GPT  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lctd", required=True)
@@ -58,42 +58,9 @@ text = b"".join(open(f, "rb").read() for f in files)[: 32 << 20]
 data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev).long()
 
 
-class Block(nn.Module):
-    def __init__(self, d, h):
-        super().__init__()
-        self.h = h
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(C, 2))
-        # Explicit attention: its backward is deterministic, unlike the fused kernels'.
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // self.h) ** 0.5)
-        att = att.masked_fill(torch.ones(T, T, device=x.device, dtype=torch.bool).triu(1), float("-inf"))
-        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc(self.ln2(x))))
-
-
-class GPT(nn.Module):
-    def __init__(self, block):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(256, a.embd), nn.Embedding(block, a.embd)
-        self.blocks = nn.ModuleList(Block(a.embd, a.heads) for _ in range(a.layers))
-        self.lnf, self.head = nn.LayerNorm(a.embd), nn.Linear(a.embd, 256, bias=False)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.lnf(x))
-
-
 def make(mode, block, client=None, prefix=""):
     torch.manual_seed(0)
-    model = GPT(block).to(dev)
+    model = GPT(block, a.embd, a.heads, a.layers).to(dev)
     if mode == "torch":
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WD, foreach=False, fused=False)
     else:

@@ -155,8 +155,8 @@ int lct_set_device_stream(lct_client *c, void *stream);
  *
  * lct_job_wait blocks until the job has finished and returns what the call
  * returned, *failed (if not NULL) as the call sets it (n for a canceled
- * job); lct_job_error is the job's lct_last_error() text ("" until it has
- * finished). lct_job_free waits for the job and releases it (a job another
+ * job; LCT_EINVAL for no job); lct_job_error is the job's lct_last_error()
+ * text ("" until it has finished, and for no job). lct_job_free waits for the job and releases it (a job another
  * job waits for lives on until that one has looked at it). lct_close lets
  * the running job finish (one still waiting for another client's job is
  * canceled), fails the queued ones with LCT_ECANCELED and stops the thread;

@@ -2,6 +2,7 @@
 #include "lct.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
@@ -723,7 +724,18 @@ static int lct__many_call(lct_client *c, int put, const lct__alloc *a, const lct
       rc = lct__fail(c, LCT_EPROTO, "%zu metas in the reply to %zu items", r.hdr->n_metas, k);
       lct__reply_free(&r);
     } else {
-      for (size_t j = 0; j < k; j++)
+      /* Each tensor's size as the server recorded it: a put's bytes, a get's
+       * within its buffer. */
+      for (size_t j = 0; j < k && rc == 0; j++) {
+        const Lctpb__TensorMeta *m = r.hdr->metas[j];
+        const uint64_t bytes = t[from + j].bytes;
+        if (!m->has_raw_bytes || (put ? m->raw_bytes != bytes : m->raw_bytes > bytes)) {
+          rc = lct__fail(c, LCT_EPROTO, "item %zu: the reply has %" PRIu64 " bytes for a buffer of %" PRIu64, j,
+                         m->raw_bytes, bytes);
+          *failed_item = j;
+        }
+      }
+      for (size_t j = 0; j < k && rc == 0; j++)
         if (t[from + j].info != NULL)
           lct__info_of(r.hdr->metas[j], t[from + j].info);
       lct__reply_free(&r);
@@ -818,8 +830,6 @@ int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, siz
 static pthread_mutex_t lct__jobs_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t lct__jobs_cv = PTHREAD_COND_INITIALIZER;
 
-enum { LCT__JOB_QUEUED, LCT__JOB_RUNNING, LCT__JOB_DONE };
-
 struct lct_job {
   int put;
   const lct_device_tensor *t;
@@ -827,7 +837,7 @@ struct lct_job {
   void *event;
   lct_job *after;
   lct_job *next; /* in the client's queue */
-  int state;
+  int done;
   int refs; /* the caller's, and one per job waiting for this one */
   int rc;
   size_t failed;
@@ -845,7 +855,7 @@ static void lct__job_finish(lct_job *j, int rc, size_t failed, const char *err) 
   j->rc = rc;
   j->failed = failed;
   snprintf(j->err, sizeof j->err, "%s", err);
-  j->state = LCT__JOB_DONE;
+  j->done = 1;
   pthread_cond_broadcast(&lct__jobs_cv);
 }
 
@@ -861,9 +871,8 @@ static void *lct__jobs_run(void *arg) {
     c->jobs_head = j->next;
     if (c->jobs_head == NULL)
       c->jobs_tail = NULL;
-    j->state = LCT__JOB_RUNNING;
     /* A closing client does not wait for another client's job. */
-    while (j->after != NULL && j->after->state != LCT__JOB_DONE && !c->jobs_closing)
+    while (j->after != NULL && !j->after->done && !c->jobs_closing)
       pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
     const char *cancel = c->jobs_closing                        ? "canceled: its client was closed"
                          : j->after != NULL && j->after->rc != 0 ? "canceled: the job it waited for failed"
@@ -898,7 +907,7 @@ int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, s
   if (job == NULL || (t == NULL && n > 0))
     return LCT_EINVAL;
   *job = NULL;
-  lct_job *j = calloc(1, sizeof *j);
+  lct_job *j = malloc(sizeof *j);
   if (j == NULL)
     return LCT_ENOMEM;
   *j = (lct_job){.put = put != 0, .t = t, .n = n, .event = event, .after = after, .refs = 1};
@@ -925,8 +934,10 @@ int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, s
 }
 
 int lct_job_wait(lct_job *job, size_t *failed) {
+  if (job == NULL)
+    return LCT_EINVAL;
   pthread_mutex_lock(&lct__jobs_mu);
-  while (job->state != LCT__JOB_DONE)
+  while (!job->done)
     pthread_cond_wait(&lct__jobs_cv, &lct__jobs_mu);
   pthread_mutex_unlock(&lct__jobs_mu);
   if (failed != NULL)
@@ -935,8 +946,10 @@ int lct_job_wait(lct_job *job, size_t *failed) {
 }
 
 const char *lct_job_error(const lct_job *job) {
+  if (job == NULL)
+    return "";
   pthread_mutex_lock(&lct__jobs_mu);
-  const char *err = job->state == LCT__JOB_DONE ? job->err : "";
+  const char *err = job->done ? job->err : "";
   pthread_mutex_unlock(&lct__jobs_mu);
   return err;
 }

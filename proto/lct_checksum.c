@@ -130,12 +130,15 @@ uint32_t lct_crc32c(uint32_t crc, const void *bytes, size_t n) {
 
 /* CRC(A||B) = CRC(A) * x^(8 len_b) + CRC(B) modulo the polynomial: the
  * initial and final inversions of the two pieces cancel in the sum.
- * x^(8 len_b) takes one multiplication per set bit of len_b (one for a
- * power-of-two segment size). */
+ * x^(8 len_b) is the product of the tabled powers of len_b's set bits (the
+ * power itself for a power-of-two segment size). */
 uint32_t lct_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  if (len_b == 0)
+    return crc_a ^ crc_b; /* crc_b is 0 */
   pthread_once(&lct__crc_once, lct__crc_init);
-  uint32_t shift = 1u << 31; /* x^0 */
-  for (uint64_t bytes = len_b; bytes != 0; bytes &= bytes - 1)
+  uint64_t bytes = len_b;
+  uint32_t shift = lct__byte_shift[__builtin_ctzll(bytes)];
+  for (bytes &= bytes - 1; bytes != 0; bytes &= bytes - 1)
     shift = lct__gf2_mul(shift, lct__byte_shift[__builtin_ctzll(bytes)]);
   return lct__gf2_mul(crc_a, shift) ^ crc_b;
 }

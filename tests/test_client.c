@@ -998,6 +998,7 @@ static const uint64_t empty_shape[1] = {0};
 static int device_path(lct_client *c) { return lct_put_device_many(c, NULL, 0, NULL) != LCT_ENODEV; }
 
 static void empty_items_init(empty_items *e, const char *prefix, size_t n) {
+  cr_assert_leq(n, sizeof e->t / sizeof e->t[0]);
   for (size_t i = 0; i < n; i++) {
     snprintf(e->keys[i], sizeof e->keys[i], "%s%zu", prefix, i);
     e->t[i] = (lct_device_tensor){e->keys[i], LCT_DTYPE_F32, empty_shape, 1, NULL, 0, &e->infos[i]};
@@ -1061,6 +1062,8 @@ Test(client, failed_job_cancels_its_dependents, .init = start_default, .fini = s
   cr_assert_eq(lct_job_wait(c, NULL), device ? LCT_ENOENT : LCT_ENODEV);
   cr_assert(*lct_job_error(c) != '\0', "the job keeps its error text");
   lct_job_free(c);
+  cr_assert_eq(lct_job_wait(NULL, NULL), LCT_EINVAL);
+  cr_assert_str_eq(lct_job_error(NULL), "");
   lct_close(fetch);
   lct_close(store);
 }

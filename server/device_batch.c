@@ -20,6 +20,12 @@ enum { LCT__BATCH_HIST, LCT__BATCH_ENCODE, LCT__BATCH_DECODE };
  * only adopts them. */
 enum { LCT__HIST_NONE, LCT__HIST_FIRST, LCT__HIST_REBUILD };
 
+/* A put item's histogram: why it takes one, and its counters. */
+typedef struct lct__batch_hist {
+  uint8_t why;      /* LCT__HIST_* */
+  uint64_t *counts; /* 2^s counters in the job's hists, when it takes one */
+} lct__batch_hist;
+
 typedef struct lct__batch_job {
   uv_work_t work;
   lct__server *srv;
@@ -29,9 +35,8 @@ typedef struct lct__batch_job {
   size_t n_segs;
   size_t *first;          /* per item: its first segment; first[n_items] == n_segs */
   lct__entry **built;     /* put: the entries being encoded, installed at the end */
-  uint8_t *hist_of;       /* put: per item, LCT__HIST_* (which round takes its histogram) */
-  uint64_t *hists;        /* put: 2^s counters per item, when any item takes a histogram */
-  size_t hist_len;
+  lct__batch_hist *hist;  /* put: per item, which round takes its histogram, and where it goes */
+  uint64_t *hists;        /* put: the counters of the items that take a histogram */
   int round;
   int rc;                 /* worker: argument or CUDA error of the round, or a codebook build's */
   size_t failed;          /* worker: the item whose codebook build failed, else n_items */
@@ -46,7 +51,7 @@ static void lct__batch_free(lct__batch_job *job) {
       if (job->built[i] != NULL)
         lct__entry_unref(job->built[i]);
   free(job->built);
-  free(job->hist_of);
+  free(job->hist);
   free(job->hists);
   free(job->segs);
   free(job->first);
@@ -75,12 +80,22 @@ static lct__batch_job *lct__batch_new(lct__server *srv, lct__batch_item *items, 
 
 static void lct__batch_done(uv_work_t *w, int status);
 
+/* The first segment error of the batch, as (code, item). */
+static int lct__batch_seg_error(const lct__batch_job *job, size_t *failed) {
+  for (size_t i = 0; i < job->n_items; i++)
+    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
+      if (job->segs[s].rc != 0) {
+        *failed = i;
+        return job->segs[s].rc;
+      }
+  return 0;
+}
+
 /* Builds the codebooks of the items that took a histogram for reason why. */
 static void lct__batch_build(lct__batch_job *job, int why) {
   for (size_t i = 0; i < job->n_items && job->rc == 0; i++)
-    if (job->hist_of[i] == why &&
-        (job->rc = lct_codebook_build(job->built[i]->dtype, job->hists + i * job->hist_len,
-                                      &job->built[i]->codebook)) != 0)
+    if (job->hist[i].why == why &&
+        (job->rc = lct_codebook_build(job->built[i]->dtype, job->hist[i].counts, &job->built[i]->codebook)) != 0)
       job->failed = i;
 }
 
@@ -95,9 +110,12 @@ static void lct__batch_run(uv_work_t *w) {
     if ((job->rc = be->ops->hist_batch(be->ctx, job->segs, job->n_segs)) == 0)
       lct__batch_build(job, LCT__HIST_FIRST);
     return;
-  default: /* the rebuilds' histograms in the same pass; their codebooks replace the ones just used */
-    if ((job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs)) == 0)
+  default: { /* the rebuilds' histograms in the same pass; their codebooks replace the ones just used */
+    size_t failed; /* a failed segment is the batch's error: nothing to build for */
+    if ((job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs)) == 0 &&
+        lct__batch_seg_error(job, &failed) == 0)
       lct__batch_build(job, LCT__HIST_REBUILD);
+  }
   }
 }
 
@@ -105,9 +123,9 @@ static void lct__batch_queue(lct__batch_job *job, int round) {
   job->round = round;
   /* The histograms this round takes: first puts' in HIST, rebuilds' with the encode. */
   int why = round == LCT__BATCH_HIST ? LCT__HIST_FIRST : LCT__HIST_REBUILD;
-  for (size_t i = 0; job->hist_of != NULL && i < job->n_items; i++) {
+  for (size_t i = 0; job->hist != NULL && i < job->n_items; i++) {
     for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
-      job->segs[s].hist = job->hist_of[i] == why ? job->hists + i * job->hist_len : NULL;
+      job->segs[s].hist = job->hist[i].why == why ? job->hist[i].counts : NULL;
   }
   job->work.data = job;
   int rc = uv_queue_work(job->srv->loop, &job->work, lct__batch_run, lct__batch_done);
@@ -120,16 +138,6 @@ static void lct__batch_end(lct__batch_job *job, int rc, size_t failed, const cha
   lct__batch_free(job);
 }
 
-/* The first segment error of the batch, as (code, item). */
-static int lct__batch_seg_error(const lct__batch_job *job, size_t *failed) {
-  for (size_t i = 0; i < job->n_items; i++)
-    for (size_t s = job->first[i]; s < job->first[i + 1]; s++)
-      if (job->segs[s].rc != 0) {
-        *failed = i;
-        return job->segs[s].rc;
-      }
-  return 0;
-}
 
 /* Points the segments of item i at its entry's codebook (after a build). */
 static void lct__batch_codebook(lct__batch_job *job, size_t i) {
@@ -177,7 +185,7 @@ static void lct__batch_install(lct__batch_job *job) {
 static void lct__batch_codebooks_next(lct__batch_job *job) {
   for (size_t i = 0; i < job->n_items; i++) {
     lct__entry *e = job->built[i];
-    if (job->hist_of[i] == LCT__HIST_REBUILD) {
+    if (job->hist[i].why == LCT__HIST_REBUILD) {
       lct__codebook_adopt(job->srv, e, 1);
       e->codebook_stale = 0;
       continue;
@@ -217,11 +225,11 @@ static void lct__batch_done(uv_work_t *w, int status) {
     return;
   case LCT__BATCH_HIST:
     for (size_t i = 0; i < job->n_items; i++) {
-      if (job->hist_of[i] != LCT__HIST_FIRST)
+      if (job->hist[i].why != LCT__HIST_FIRST)
         continue;
       lct__codebook_adopt(srv, job->built[i], 0);
       lct__batch_codebook(job, i);
-      job->hist_of[i] = LCT__HIST_NONE;
+      job->hist[i].why = LCT__HIST_NONE;
     }
     lct__batch_queue(job, LCT__BATCH_ENCODE);
     return;
@@ -243,13 +251,14 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
   size_t n_segs = 0;
   lct__batch_job *job = lct__batch_new(srv, items, n, cb, arg);
   if (job == NULL || (job->built = calloc(n, sizeof *job->built)) == NULL ||
-      (job->hist_of = calloc(n, 1)) == NULL) {
+      (job->hist = calloc(n, sizeof *job->hist)) == NULL) {
     if (job != NULL)
       lct__batch_free(job);
     return LCT_ENOMEM;
   }
   /* One segment per segment_size: the GPU spreads each over its SMs. */
   int rc = 0, first_puts = 0;
+  size_t takers = 0, hist_len = 0; /* items that take a histogram; counters each: the widest alphabet's */
   for (size_t i = 0; i < n && rc == 0; i++) {
     if ((rc = lct__entry_reserve(srv, items[i].key, items[i].key_len, &items[i].decl, srv->cfg.segment_size,
                                  &job->built[i])) != 0) {
@@ -260,16 +269,20 @@ int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct
     if (lct_dtype_symbol_bits(items[i].decl.dtype) == 0)
       continue;
     int got = lct__codebook_inherit(srv, job->built[i]);
-    job->hist_of[i] = got == 0 ? LCT__HIST_FIRST : got == 2 ? LCT__HIST_REBUILD : LCT__HIST_NONE;
+    job->hist[i].why = got == 0 ? LCT__HIST_FIRST : got == 2 ? LCT__HIST_REBUILD : LCT__HIST_NONE;
     first_puts |= got == 0;
     size_t len = (size_t)1 << lct_dtype_symbol_bits(items[i].decl.dtype);
-    if (got != 1 && len > job->hist_len) /* room for the widest alphabet */
-      job->hist_len = len;
+    takers += got != 1;
+    if (got != 1 && len > hist_len)
+      hist_len = len;
   }
   if (rc == 0 && (job->segs = calloc(n_segs, sizeof *job->segs)) == NULL)
     rc = LCT_ENOMEM;
-  if (rc == 0 && job->hist_len > 0 && (job->hists = calloc(n * job->hist_len, sizeof *job->hists)) == NULL)
+  if (rc == 0 && takers > 0 && (job->hists = calloc(takers * hist_len, sizeof *job->hists)) == NULL)
     rc = LCT_ENOMEM;
+  for (size_t i = 0, at = 0; rc == 0 && i < n; i++)
+    if (job->hist[i].why != LCT__HIST_NONE)
+      job->hist[i].counts = job->hists + hist_len * at++;
   if (rc != 0) {
     lct__batch_free(job);
     return rc;

@@ -42,8 +42,7 @@ typedef struct lct__request {
   Lctpb__DeviceItem *const *items;
   size_t n_items;
   Lctpb__DeviceItem one, *one_ptr;
-  lct__batch_item *batch; /* device ops: the items' work, n_items of them */
-  size_t n_batch;
+  lct__batch_item *batch; /* device ops: the items' work, n_items of them (once checked) */
   size_t reply_len;
   uint64_t received;    /* uv_hrtime at receipt */
 } lct__request;
@@ -61,7 +60,7 @@ static void lct__request_free(lct__request *rq) {
   if (rq->pending != NULL)
     lct__staging_release(rq->srv->staging, rq->pending);
   if (rq->batch != NULL && (rq->op == LCTPB__OP__OP_GET_DEVICE || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY))
-    for (size_t i = 0; i < rq->n_batch; i++)
+    for (size_t i = 0; i < rq->n_items; i++)
       if (rq->batch[i].entry != NULL)
         lct__entry_unref(rq->batch[i].entry);
   free(rq->batch);
@@ -568,6 +567,8 @@ static int lct__keyref_cmp(const void *a, const void *b) {
 /* Whether the items' keys are distinct; if not, *dup is an item whose key an
  * earlier one has. Sorting hashes keeps a request of 1024 keys cheap. */
 static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t *dup) {
+  if (n < 2)
+    return 1; /* PUT_DEVICE, GET_DEVICE */
   lct__keyref *refs = malloc(n * sizeof *refs);
   if (refs == NULL)
     return -1;
@@ -635,7 +636,6 @@ static int lct__batch_or_reply(lct__request *rq) {
     lct__reply_error(rq, LCT_ENOMEM, "out of memory for %zu items", rq->n_items);
     return 0;
   }
-  rq->n_batch = rq->n_items;
   return 1;
 }
 
@@ -645,7 +645,7 @@ static int lct__batch_or_reply(lct__request *rq) {
  * and returns 0 on failure. */
 static int lct__batch_map_or_reply(lct__request *rq) {
   const Lctpb__Request *h = rq->hdr;
-  for (size_t i = 0; i < rq->n_batch; i++) {
+  for (size_t i = 0; i < rq->n_items; i++) {
     const lct__batch_item *b = &rq->batch[i];
     size_t esize = lct_dtype_size(b->entry == NULL ? b->decl.dtype : b->entry->dtype);
     if ((h->device->offset + rq->items[i]->offset) % esize != 0) {
@@ -656,7 +656,7 @@ static int lct__batch_map_or_reply(lct__request *rq) {
   uint8_t *span;
   if (!lct__device_or_reply(rq, &span))
     return 0;
-  for (size_t i = 0; i < rq->n_batch; i++)
+  for (size_t i = 0; i < rq->n_items; i++)
     rq->batch[i].device = span + rq->items[i]->offset;
   return 1;
 }
@@ -664,20 +664,20 @@ static int lct__batch_map_or_reply(lct__request *rq) {
 /* The items' metas, in order, as the reply of a _MANY op; the one item's as
  * that of PUT_DEVICE or GET_DEVICE. */
 static void lct__reply_batch(lct__request *rq) {
-  Lctpb__TensorMeta *metas = malloc(rq->n_batch * sizeof *metas);
-  Lctpb__TensorMeta **ptrs = malloc(rq->n_batch * sizeof *ptrs);
+  Lctpb__TensorMeta *metas = malloc(rq->n_items * sizeof *metas);
+  Lctpb__TensorMeta **ptrs = malloc(rq->n_items * sizeof *ptrs);
   if (metas == NULL || ptrs == NULL) {
     free(metas), free(ptrs);
     lct__reply_error(rq, LCT_ENOMEM, "out of memory for the reply (the batch itself succeeded)");
     return;
   }
-  for (size_t i = 0; i < rq->n_batch; i++) {
+  for (size_t i = 0; i < rq->n_items; i++) {
     lct__meta_of(rq->batch[i].entry, &metas[i]);
     ptrs[i] = &metas[i];
   }
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   if (lct__is_many(rq)) {
-    rp.n_metas = rq->n_batch;
+    rp.n_metas = rq->n_items;
     rp.metas = ptrs;
   } else {
     rp.meta = ptrs[0];
@@ -690,7 +690,7 @@ static void lct__device_batch_ended(void *arg, int rc, size_t failed, const char
   lct__request *rq = arg;
   if (rc == 0)
     lct__reply_batch(rq);
-  else if (failed < rq->n_batch)
+  else if (failed < rq->n_items)
     lct__reply_item_error(rq, rc, failed, "%s", why);
   else
     lct__reply_error(rq, rc, "%s", why);
@@ -699,20 +699,20 @@ static void lct__device_batch_ended(void *arg, int rc, size_t failed, const char
 /* Starts the encode of the request's items; replies itself on failure. */
 static void lct__batch_put_begin(lct__request *rq) {
   size_t failed;
-  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_batch, lct__device_batch_ended, rq, &failed);
+  int rc = lct__batch_put_start(rq->srv, rq->batch, rq->n_items, lct__device_batch_ended, rq, &failed);
   if (rc == LCT_ENOSPC) {
     char why[160];
     snprintf(why, sizeof why, "the pool is full: %" PRIu64 " of %" PRIu64 " bytes in use",
              lct__pool_used(rq->srv->pool), lct__pool_capacity(rq->srv->pool));
     lct__device_batch_ended(rq, rc, failed, why);
   } else if (rc != 0) {
-    lct__device_batch_ended(rq, rc, rq->n_batch, "cannot start the encode");
+    lct__device_batch_ended(rq, rc, rq->n_items, "cannot start the encode");
   }
 }
 
 /* Starts the decode of the request's items; replies itself on failure. */
 static void lct__batch_get_begin(lct__request *rq) {
-  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_batch, lct__device_batch_ended, rq);
+  int rc = lct__batch_get_start(rq->srv, rq->batch, rq->n_items, lct__device_batch_ended, rq);
   if (rc != 0)
     lct__reply_error(rq, rc, "cannot start the decode");
 }
@@ -722,7 +722,7 @@ static void lct__put_items(lct__request *rq) {
   if (!lct__batch_or_reply(rq))
     return;
   const lct__config *cfg = &rq->srv->cfg;
-  for (size_t i = 0; i < rq->n_batch; i++) {
+  for (size_t i = 0; i < rq->n_items; i++) {
     const Lctpb__DeviceItem *it = rq->items[i];
     lct__batch_item *b = &rq->batch[i];
     char why[160];
@@ -746,7 +746,7 @@ static void lct__put_items(lct__request *rq) {
 static void lct__get_items(lct__request *rq) {
   if (!lct__batch_or_reply(rq))
     return;
-  for (size_t i = 0; i < rq->n_batch; i++) {
+  for (size_t i = 0; i < rq->n_items; i++) {
     const Lctpb__DeviceItem *it = rq->items[i];
     lct__entry *e;
     char why[96];

@@ -29,7 +29,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
 from gpt import shapes  # noqa: E402
-from lct.client import Batch  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lctd", action="append", required=True, help="an lctd binary (repeat to compare)")
@@ -96,8 +95,8 @@ servers = []
 for path in a.lctd:
     d = Lctd(backend="cuda", memory="3G", binary=path)
     c = lct.Client(d.endpoint, timeout_ms=60000)
-    puts = [Batch(c, views, put=True) for _, views in reqs]
-    gets = [Batch(c, views, put=False) for _, views in reqs]
+    puts = [lct.Batch(c, views, put=True) for _, views in reqs]
+    gets = [lct.Batch(c, views, put=False) for _, views in reqs]
     servers.append(dict(path=path, lctd=d, client=c, puts=puts, gets=gets,
                         t={"get": [], "put steady": [], "put drifting": []}))
 

@@ -28,7 +28,8 @@ def main():
     ap.add_argument("--elements", type=int, required=True, help="elements of the tensor the kernel coded")
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args()
-    rows = list(csv.reader(open(a.csv)))
+    with open(a.csv, newline="") as f:
+        rows = list(csv.reader(f))
     header = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
     if header is None:
         sys.exit(f"{a.csv}: no source table (ncu --page source --csv --print-source sass)")

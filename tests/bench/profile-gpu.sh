@@ -6,13 +6,16 @@
 #
 #   tests/bench/profile-gpu.sh [BUILD_DIR] [DATA_DIR] [SPEC...]
 #
+# DATA_DIR as for run-gpu.sh (default .gpu/tensors if present, else tests/data).
 # SPEC is KERNEL:DTYPE:MIB, KERNEL one of encode, decode (default: both, bf16 and f32, 64 MiB).
 # Reports go to $OUT (default ./gpu-profile): NAME.ncu-rep, NAME.details.txt, NAME.source.csv.
 # Nsight Compute locks the clocks to base (1.5 GHz on an H200): durations run longer than
 # lct-bench's.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd) || exit 1
-data=${2:-.gpu/tensors}
+data=${2:-}
+[[ -z $data && -d .gpu/tensors ]] && data=.gpu/tensors
+data=${data:-tests/data}
 shift $(($# < 2 ? $# : 2))
 specs=("$@")
 [[ ${#specs[@]} -eq 0 ]] && specs=(decode:bf16:64 encode:bf16:64 decode:f32:64 encode:f32:64)

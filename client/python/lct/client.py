@@ -159,11 +159,9 @@ class _Host:
     ptr is None for an empty value; finish() copies a staged get back into the
     caller's object; keep holds whatever owns the memory until the call returns.
     """
-    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device", "copied",
-                 "staged")
+    __slots__ = ("ptr", "nbytes", "shape", "itemsize", "natural", "what", "finish", "keep", "device", "staged")
 
-    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None, device=False,
-                 copied=False, staged=False):
+    def __init__(self, ptr, nbytes, shape, itemsize, natural, what, keep, finish=None, device=False, staged=False):
         self.ptr = ptr if nbytes else None
         self.nbytes = nbytes
         self.shape = tuple(shape)
@@ -173,8 +171,8 @@ class _Host:
         self.keep = keep
         self.finish = finish or _no_finish
         self.device = device
-        self.copied = copied  # a put's source copied at packing: its bytes as of then
-        self.staged = staged  # a device buffer of the binding's own (copy or staging), made on the current stream
+        self.staged = staged  # a device buffer of the binding's own (a put's copy: its bytes as of packing;
+        # a get's staging), made on the current stream
 
 
 # Whether liblct has the device path; False once it answered LCT_ENODEV
@@ -232,8 +230,7 @@ def _torch_device(torch, t, writable):
     else:
         staged = t.contiguous()
     return _Host(staged.data_ptr(), staged.numel() * staged.element_size(), t.shape,
-                 t.element_size(), natural, what, staged, finish, device=True,
-                 copied=not writable and staged is not t, staged=staged is not t)
+                 t.element_size(), natural, what, staged, finish, device=True, staged=staged is not t)
 
 
 def _numpy_host(np, a, writable):
@@ -573,7 +570,7 @@ class Batch:
             if host is None or not host.device or host.nbytes == 0:
                 self._single.append(i)
                 continue
-            self._repack |= host.copied
+            self._repack |= put and host.staged  # a copied source: copied again at the next send
             if host.staged:
                 self._staged_on = value.device
             batch.append((i, _key_bytes(key), host, (ctypes.c_uint64 * max(len(host.shape), 1))(*host.shape)))
@@ -683,7 +680,7 @@ class Batch:
             rc = lib.lct_submit_device_many(client._c, int(self.put), self._arr, len(self._batch),
                                             getattr(event, "cuda_event", event), after_handle, ctypes.byref(handle))
             if rc < 0:
-                raise _error(rc, lib.lct_strerror(rc))
+                raise _error(rc)
             self._job = Job(self, handle, event, after)
             client._jobs.append(self._job)
         return self._job
@@ -786,8 +783,9 @@ class Job:
             lib = _native.lib()
             failed = ctypes.c_size_t()
             rc = lib.lct_job_wait(self._handle, ctypes.byref(failed))
-            if rc == error_code("LCT_ECANCELED") and self._after is not None and _failure(self._after):
-                self._error = _canceled(_failure(self._after))  # what the job waited for raised
+            cause = _failure(self._after) if rc == error_code("LCT_ECANCELED") and self._after is not None else None
+            if cause is not None:
+                self._error = _canceled(cause)  # what the job waited for raised
             elif rc < 0:
                 self._error = self.batch._at_fault(_error(rc, lib.lct_job_error(self._handle)), failed.value)
             else:

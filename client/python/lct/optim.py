@@ -1,5 +1,4 @@
 """optim.py — OffloadedAdamW: AdamW whose moments live in lctd between steps, updated through a bounded scratch buffer."""
-import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -538,7 +537,6 @@ def _send_batch(batch, event, after):
     batch.send()
 
 
-@functools.lru_cache(maxsize=1024)
 def _contiguous_strides(shape):
     strides, step = [], 1
     for n in reversed(shape):

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""optim_step.py — the optimizer step alone: torch.optim.AdamW(foreach=False) against
+"""optim_step.py — the optimizer step alone: torch.optim.AdamW with foreach=False (the
+single-tensor path) and with foreach=True (multi-tensor kernels, CUDA's default) against
 lct.optim.OffloadedAdamW with lctd on the same GPU, on the parameter shapes of
-train_offload.py's 152M GPT with random gradients and no forward pass, the two stepped
-in turn (the order alternating each round) so that the machine's drifts fall on both.
+train_offload.py's 152M GPT with random gradients and no forward pass, the three stepped
+in turn (the order rotating each round) so that the machine's drifts fall on all.
 
 Reports the median step time of each as the trainer sees it (step() returned, the GPU
 idle; the offloaded step's last store runs on after it, as into a forward pass), the
-median of the paired differences, the trainer thread's CPU time per step, and the
-time flush() then waits; asserts that the parameters stay bitwise equal. Needs a CUDA
+median of the paired differences against each baseline, the trainer thread's CPU time
+per step, and the time flush() then waits; asserts that the offloaded parameters stay
+bitwise equal to foreach=False's. Needs a CUDA
 GPU, torch, and a built lctd:
 
     tests/bench/optim_step.py --lctd build/bin/lctd --out results/
@@ -37,6 +39,7 @@ a = ap.parse_args()
 SHAPES = shapes()  # train_offload.py's GPT
 os.makedirs(a.out, exist_ok=True)
 
+MODES = ("torch", "foreach", "lctd")
 HYPER = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
 
@@ -64,13 +67,14 @@ def step(opt, ps, k):
 lctd = Lctd(backend="cuda", memory="6G", binary=a.lctd, stderr=open(os.path.join(a.out, "lctd.log"), "w"))
 try:
     client = lct.Client(lctd.endpoint)
-    runs = {"torch": (params(),), "lctd": (params(),)}
+    runs = {"torch": (params(),), "foreach": (params(),), "lctd": (params(),)}
     runs["torch"] += (torch.optim.AdamW(runs["torch"][0], foreach=False, fused=False, **HYPER),)
+    runs["foreach"] += (torch.optim.AdamW(runs["foreach"][0], foreach=True, fused=False, **HYPER),)
     runs["lctd"] += (lct.optim.OffloadedAdamW(runs["lctd"][0], client, scratch_bytes=a.scratch_mib << 20,
                                               key_prefix="optim-step/", **HYPER),)
     times = {m: [] for m in runs}
     for k in range(a.rounds):
-        for m in (("torch", "lctd") if k % 2 else ("lctd", "torch")):
+        for m in MODES[k % 3:] + MODES[:k % 3]:
             ps, opt = runs[m]
             times[m].append(step(opt, ps, k))
     same = all(torch.equal(x, y) for x, y in zip(runs["torch"][0], runs["lctd"][0]))
@@ -82,7 +86,7 @@ finally:
 
 kept = {m: t[a.skip:] for m, t in times.items()}
 med = {m: [statistics.median(x[i] for x in t) for i in range(3)] for m, t in kept.items()}
-paired = statistics.median(b[0] - t[0] for t, b in zip(kept["torch"], kept["lctd"]))
+paired = {base: statistics.median(b[0] - t[0] for t, b in zip(kept[base], kept["lctd"])) for base in MODES[:2]}
 result = {"shapes": len(SHAPES), "params": sum(torch.Size(s).numel() for s in SHAPES), "rounds": a.rounds,
           "skip": a.skip, "scratch_mib": a.scratch_mib, "bitwise_equal": same,
           "step_ms": {m: v[0] for m, v in med.items()}, "trainer_cpu_ms": {m: v[1] for m, v in med.items()},
@@ -92,8 +96,8 @@ with open(os.path.join(a.out, "optim_step.json"), "w") as f:
     json.dump(result, f, indent=1)
 print(f"{result['params'] / 1e6:.1f}M parameters in {len(SHAPES)} tensors, {a.rounds - a.skip} rounds, "
       f"parameters bitwise equal: {same}")
-print(f"{'':24} {'torch AdamW':>12} {'lctd':>12}")
-print(f"{'step ms (median)':24} {med['torch'][0]:12.2f} {med['lctd'][0]:12.2f}")
-print(f"{'trainer CPU ms (median)':24} {med['torch'][1]:12.2f} {med['lctd'][1]:12.2f}")
-print(f"{'then flush() ms':24} {'-':>12} {med['lctd'][2]:12.2f}")
-print(f"{'added (paired median)':24} {'-':>12} {paired:12.2f}")
+print(f"{'':24} {'torch AdamW':>12} {'foreach':>12} {'lctd':>12}")
+print(f"{'step ms (median)':24} " + " ".join(f"{med[m][0]:12.2f}" for m in MODES))
+print(f"{'trainer CPU ms (median)':24} " + " ".join(f"{med[m][1]:12.2f}" for m in MODES))
+print(f"{'then flush() ms':24} {'-':>12} {'-':>12} {med['lctd'][2]:12.2f}")
+print(f"{'lctd minus it (paired)':24} {paired['torch']:12.2f} {paired['foreach']:12.2f} {'-':>12}")

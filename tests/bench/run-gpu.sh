@@ -128,8 +128,10 @@ printf '%-18s %s\n' "device path" "rc=$device_rc ${device_synth}"
 printf '%-18s %s\n' "python + torch" "rc=$py_rc ${py_line}"
 printf '%-18s %s\n' "device put/get" "rc=$put_rc mps=$mps"
 [[ -f $out/put.log ]] && tail -n +2 "$out/put.log" | sed 's/^/    /'
-printf '%-18s %s\n' "optimizer step" "rc=$step_rc mps=$mps $(grep -a 'added (paired median)' "$out/step.log" 2>/dev/null)"
-printf '%-18s %s\n' "train offload" "rc=$train_rc mps=$mps $(grep -a 'step time overhead' "$out/train.log" 2>/dev/null)"
+printf '%-18s %s\n' "optimizer step" "rc=$step_rc mps=$mps"
+grep -a -A4 '^ *torch AdamW' "$out/step.log" 2>/dev/null | sed 's/^/    /'
+printf '%-18s %s\n' "train offload" "rc=$train_rc mps=$mps"
+grep -a -E '^ *(torch AdamW|step ms \(median, interleaved|step time vs)' "$out/train.log" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
 [[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) \
    && ( $train_rc == 0 || $train_rc == skipped ) && ( $step_rc == 0 || $step_rc == skipped ) \

@@ -28,8 +28,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
     of as many as fit in a quarter of a scratch buffer of scratch_bytes on
     their device: it fetches a group's moments from lctd into its part,
     applies the update with the same operations in the same order as
-    PyTorch's single-tensor AdamW (so parameters and moments are bitwise
-    identical to torch.optim.AdamW's), puts the moments back and moves on.
+    PyTorch's single-tensor AdamW, each one multi-tensor kernel over the
+    group (so parameters and moments are bitwise identical to
+    torch.optim.AdamW(foreach=False)'s, in a few launches per group instead
+    of a few per parameter), puts the moments back and moves on.
     The four parts rotate so that the requests overlap the updates: while a
     group updates, the next groups' moments are fetched and the previous
     groups' put back, in the background. A group's moments travel in one
@@ -412,7 +414,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return plan
 
     def _update(self, plan):
-        """The AdamW update of a group whose states are in its scratch."""
+        """The AdamW update of a group whose states are in its scratch: its
+        parameters in runs that share a parameter group and a step count,
+        each run updated by _adamw_run, on CUDA with multi-tensor kernels."""
+        runs = {}
         for group, p, m, v, tmp, master, fresh in plan.work:
             if fresh:
                 # As torch.optim.AdamW initialises: a step counter on the CPU, zero moments.
@@ -421,12 +426,19 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 v.zero_()
                 if master is not None:
                     master.copy_(p)
-            if master is None:
-                _adamw_step(p, p.grad, m, v, tmp, self.state[p]["step"], group)
+            step_t = self.state[p]["step"]
+            _, run = runs.setdefault((id(group), step_t.item()), (group, []))
+            run.append((p, m, v, tmp, master, step_t))
+        ops = torch if plan.layout.device.type == "cuda" else _PerTensor
+        for group, run in runs.values():
+            params, ms, vs, tmps, masters, steps = (list(x) for x in zip(*run))
+            torch._foreach_add_(steps, 1)
+            if masters[0] is None:
+                _adamw_run(ops, params, [p.grad for p in params], ms, vs, tmps, steps[0].item(), group)
             else:
-                tmp.copy_(p.grad)
-                _adamw_step(master, tmp, m, v, tmp, self.state[p]["step"], group)
-                p.copy_(master)
+                ops._foreach_copy_(tmps, [p.grad for p in params])
+                _adamw_run(ops, masters, tmps, ms, vs, tmps, steps[0].item(), group)
+                ops._foreach_copy_(params, masters)
 
     def _put(self, index, name, t):
         self.client.put(self._key(index, name), t, dtype=None if t.dtype in _CODED else "raw")
@@ -550,25 +562,76 @@ def _scalar_dtype():
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
-def _adamw_step(param, grad, exp_avg, exp_avg_sq, denom, step_t, group):
-    """One AdamW update, operation for operation as torch/optim/adam.py's
-    _single_tensor_adam with decoupled_weight_decay (no amsgrad, maximize,
-    capturable or differentiable), checked against torch 2.11. denom is
-    scratch for the denominator; it may alias grad, which is dead by then."""
+def _adamw_run(ops, params, grads, exp_avgs, exp_avg_sqs, denoms, step, group):
+    """The AdamW update of tensors at the same step of one parameter group,
+    operation for operation as torch/optim/adam.py's _single_tensor_adam with
+    decoupled_weight_decay (no amsgrad, maximize, capturable or
+    differentiable), checked against torch 2.11, each operation over the
+    whole run through ops: torch's multi-tensor kernels for CUDA tensors
+    (the same elementwise arithmetic, so the same bits, in a few launches
+    instead of a few per tensor), _PerTensor for others (on the CPU the
+    multi-tensor ops round a scalar to a bfloat16 tensor's dtype first,
+    where the single-tensor ones do not). denoms is scratch for the
+    denominators; it may alias grads, which are dead by then."""
     lr, (beta1, beta2) = group["lr"], group["betas"]
     weight_decay, eps = group["weight_decay"], group["eps"]
-    step_t += 1
     if weight_decay != 0:
-        param.mul_(1 - lr * weight_decay)
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    step = step_t.item()
+        ops._foreach_mul_(params, 1 - lr * weight_decay)
+    ops._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    ops._foreach_mul_(exp_avg_sqs, beta2)
+    ops._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
     bias_correction1 = 1 - beta1**step
     bias_correction2 = 1 - beta2**step
     step_size = lr / bias_correction1
     bias_correction2_sqrt = bias_correction2**0.5
     # torch computes (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps) in
-    # fresh tensors; the same kernels write into denom here.
-    torch.sqrt(exp_avg_sq, out=denom)
-    denom.div_(bias_correction2_sqrt).add_(eps)
-    param.addcdiv_(exp_avg, denom, value=-step_size)
+    # fresh tensors; the same kernels work in the denoms here.
+    ops._foreach_copy_(denoms, exp_avg_sqs)
+    ops._foreach_sqrt_(denoms)
+    ops._foreach_div_(denoms, bias_correction2_sqrt)
+    ops._foreach_add_(denoms, eps)
+    ops._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_size)
+
+
+class _PerTensor:
+    """The torch._foreach_* operations _adamw_run uses, one tensor at a time."""
+
+    @staticmethod
+    def _foreach_mul_(xs, scalar):
+        for x in xs:
+            x.mul_(scalar)
+
+    @staticmethod
+    def _foreach_lerp_(xs, ends, weight):
+        for x, end in zip(xs, ends):
+            x.lerp_(end, weight)
+
+    @staticmethod
+    def _foreach_addcmul_(xs, t1s, t2s, value):
+        for x, t1, t2 in zip(xs, t1s, t2s):
+            x.addcmul_(t1, t2, value=value)
+
+    @staticmethod
+    def _foreach_copy_(xs, srcs):
+        for x, src in zip(xs, srcs):
+            x.copy_(src)
+
+    @staticmethod
+    def _foreach_sqrt_(xs):
+        for x in xs:
+            x.sqrt_()
+
+    @staticmethod
+    def _foreach_div_(xs, scalar):
+        for x in xs:
+            x.div_(scalar)
+
+    @staticmethod
+    def _foreach_add_(xs, scalar):
+        for x in xs:
+            x.add_(scalar)
+
+    @staticmethod
+    def _foreach_addcdiv_(xs, t1s, t2s, value):
+        for x, t1, t2 in zip(xs, t1s, t2s):
+            x.addcdiv_(t1, t2, value=value)

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "lct_cuda.h"
 
 /* Every CUDA call is checked; a failure becomes LCT_ECUDA for the caller. */
@@ -14,6 +16,23 @@
   } while (0)
 /* After every launch: configuration and launch errors. */
 #define LCT__LAUNCH_CHECK() LCT__CUDA_TRY(cudaGetLastError())
+
+/* Gives kernel smem bytes of dynamic shared memory (and, with max_carveout,
+ * shared memory over L1, for residency) on the current device, once per
+ * device: the attributes persist, and each call costs a driver call on the
+ * launch path. set: the devices done, one bit each (those past 63 every time). */
+static inline int lct__smem_attrs(const void *kernel, int smem, bool max_carveout, std::atomic<uint64_t> &set) {
+  int dev;
+  LCT__CUDA_TRY(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? 1ull << dev : 0;
+  if (set.load(std::memory_order_acquire) & bit) return 0;
+  LCT__CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (max_carveout)
+    LCT__CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+  set.fetch_or(bit, std::memory_order_release);
+  return 0;
+}
 
 #define LCT__CHECK_MUL 0x9E3779B1u
 #define LCT__MAGIC 0x5A54434Cu          /* "LCTZ" read as a little-endian u32 */

@@ -313,9 +313,9 @@ extern "C" int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t coun
   LCT__CUDA_TRY(cudaGetDevice(&dev));
   LCT__CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const uint64_t blocks = (uint64_t)sms;
-  LCT__CUDA_TRY(cudaFuncSetAttribute(crc_pieces, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  LCT__CUDA_TRY(cudaFuncSetAttribute(crc_pieces, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared));
+  static std::atomic<uint64_t> attrs_set{0};
+  int rc = lct__smem_attrs((const void *)crc_pieces, kSmemBytes, true, attrs_set);
+  if (rc) return rc;
 
   crc_params p;
   memset(&p, 0, sizeof p);

@@ -40,7 +40,9 @@ struct encode_launch {
     p.lookback = ws + 1;
     ws += 1 + n_items;
     constexpr unsigned smem = lct__enc_stage_bytes<DT>();
-    LCT__CUDA_TRY(cudaFuncSetAttribute(lct__encode_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static std::atomic<uint64_t> attrs_set{0};
+    int rc = lct__smem_attrs((const void *)lct__encode_kernel<DT>, smem, false, attrs_set);
+    if (rc) return rc;
     lct__encode_kernel<DT><<<(unsigned)n_items, LCT__ENC_THREADS, smem, stream>>>(p);
     LCT__LAUNCH_CHECK();
     p.count = 0;

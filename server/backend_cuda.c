@@ -35,17 +35,17 @@ typedef struct lct__cuda_worker {
   lct_codebook hcb;
 } lct__cuda_worker;
 
-/* What device puts and gets (server/device_batch.c) use: one batch at a
- * time, since each fills the GPU. Codebooks stay on the device between batches,
- * keyed by codebook id, so that a training step's puts upload none. */
+/* What device puts (server/device_batch.c) use: one batch at a time, since
+ * each fills the GPU. Codebooks stay on the device between batches, keyed by
+ * codebook id, so that a training step's puts upload none. */
 typedef struct lct__cuda_batch {
   pthread_mutex_t lock;
   cudaStream_t stream;
-  void *work;        /* device: encode or decode workspace of a group */
+  void *work;        /* device: encode workspace of a group */
   size_t work_bytes;
   void *crc_work;    /* device */
   size_t crc_work_bytes;
-  uint64_t *pinned;  /* pinned host, per group slot: blob bytes, code bits, CRC, decode status */
+  uint64_t *pinned;  /* pinned host, per group slot: blob bytes, code bits, CRC */
   uint64_t *bits;    /* device: per group slot, the code bits the encoder adds up (device atomics:
                         to pinned memory each would cross the bus) */
   uint64_t *hist;    /* device: LCT__BATCH_HISTS histograms of LCT__CUDA_SYMS counters */
@@ -55,9 +55,20 @@ typedef struct lct__cuda_batch {
   uint64_t dcb_group[LCT__BATCH_CODEBOOKS]; /* the last group that used each */
   uint64_t groups;
   lct_cuda_encode_item enc[LCT__BATCH_GROUP];
-  lct_cuda_decode_item dec[LCT__BATCH_GROUP];
   lct_cuda_crc_item crc[LCT__BATCH_GROUP];
 } lct__cuda_batch;
+
+/* What device gets use, beside the puts' (a get and a put of a trainer's
+ * pipeline run at once, each one batch at a time): a stream of the highest
+ * priority, since the trainer waits for its gets while its puts run behind. */
+typedef struct lct__cuda_gets {
+  pthread_mutex_t lock;
+  cudaStream_t stream;
+  void *work;        /* device: decode workspace of a group */
+  size_t work_bytes;
+  int *status;       /* pinned host: per group slot, the decode status */
+  lct_cuda_decode_item dec[LCT__BATCH_GROUP];
+} lct__cuda_gets;
 
 /* A client's GPU allocation opened from its IPC handle. */
 typedef struct lct__ipc_map {
@@ -82,6 +93,7 @@ typedef struct lct__cuda {
   uint64_t segment_max;
   lct__ranges free; /* the region's free ranges, by offset from base */
   lct__cuda_batch *batch;
+  lct__cuda_gets *gets;
   int n_workers;
   atomic_int next_worker;
   lct__cuda_worker workers[];
@@ -369,54 +381,61 @@ static int lct__batch_encode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
   return rc;
 }
 
-static int lct__batch_decode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
+static int lct__batch_decode(lct__cuda_gets *d, lct__batch_seg *segs, size_t n) {
   int rc = 0;
-  int *status = (int *)b->pinned;
   for (size_t done = 0; done < n && rc == 0;) {
     size_t k = n - done < LCT__BATCH_GROUP ? n - done : LCT__BATCH_GROUP;
     for (size_t i = 0; i < k; i++) {
       const lct__batch_seg *sg = &segs[done + i];
-      b->dec[i] = (lct_cuda_decode_item){sg->dtype, sg->n, sg->src, sg->src_bytes, sg->dst, &status[i]};
+      d->dec[i] = (lct_cuda_decode_item){sg->dtype, sg->n, sg->src, sg->src_bytes, sg->dst, &d->status[i]};
     }
-    if ((rc = lct_cuda_decode_batch(b->dec, k, b->work, b->work_bytes, b->stream)) != 0)
+    if ((rc = lct_cuda_decode_batch(d->dec, k, d->work, d->work_bytes, d->stream)) != 0)
       break;
-    cudaError_t e = cudaStreamSynchronize(b->stream);
+    cudaError_t e = cudaStreamSynchronize(d->stream);
     if (e != cudaSuccess) {
       rc = lct__cuda_fail(e, "cudaStreamSynchronize(batch decode)");
       break;
     }
     for (size_t i = 0; i < k; i++)
-      segs[done + i].rc = status[i];
+      segs[done + i].rc = d->status[i];
     done += k;
   }
   return rc;
 }
 
-/* Runs a batch pass on the backend's device, one batch at a time (each fills
- * the GPU). After a failure it waits for what the pass queued, so that no
- * kernel still reads or writes blobs and client buffers the caller releases next. */
+/* The end of a pass that held lock: after a failure it waits for what the
+ * pass queued on stream, so that no kernel still reads or writes blobs and
+ * client buffers the caller releases next. */
+static int lct__pass_end(pthread_mutex_t *lock, cudaStream_t stream, int rc) {
+  if (rc != 0 && cudaStreamSynchronize(stream) != cudaSuccess)
+    cudaGetLastError(); /* the failure is already reported by rc */
+  pthread_mutex_unlock(lock);
+  return rc;
+}
+
+/* Runs a put pass on the backend's device, one at a time (each fills the GPU). */
 static int lct__batch_with(lct__cuda *g, lct__batch_seg *segs, size_t n,
                            int (*pass)(lct__cuda_batch *, lct__batch_seg *, size_t)) {
   LCT__CUDA_TRY(cudaSetDevice(g->device));
   lct__cuda_batch *b = g->batch;
   pthread_mutex_lock(&b->lock);
-  int rc = pass(b, segs, n);
-  if (rc != 0 && cudaStreamSynchronize(b->stream) != cudaSuccess)
-    cudaGetLastError(); /* the failure is already reported by rc */
-  pthread_mutex_unlock(&b->lock);
-  return rc;
+  return lct__pass_end(&b->lock, b->stream, pass(b, segs, n));
 }
 
 static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
   return lct__batch_with(ctx, segs, n, lct__batch_encode);
 }
 
-static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
-  return lct__batch_with(ctx, segs, n, lct__batch_decode);
-}
-
 static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
   return lct__batch_with(ctx, segs, n, lct__batch_hist);
+}
+
+static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+  lct__cuda *g = ctx;
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  lct__cuda_gets *d = g->gets;
+  pthread_mutex_lock(&d->lock);
+  return lct__pass_end(&d->lock, d->stream, lct__batch_decode(d, segs, n));
 }
 
 static void lct__batch_close(lct__cuda_batch *b) {
@@ -446,14 +465,39 @@ static int lct__device_codebook_new(lct_cuda_codebook **out) {
   return lct_cuda_codebook_create(&placeholder, out);
 }
 
+static void lct__gets_close(lct__cuda_gets *d) {
+  if (d == NULL)
+    return;
+  cudaFree(d->work);
+  cudaFreeHost(d->status);
+  if (d->stream != NULL)
+    cudaStreamDestroy(d->stream);
+  pthread_mutex_destroy(&d->lock);
+  free(d);
+}
+
+static int lct__gets_open(lct__cuda_gets **out) {
+  lct__cuda_gets *d = calloc(1, sizeof *d);
+  if (d == NULL)
+    return LCT_ENOMEM;
+  pthread_mutex_init(&d->lock, NULL);
+  *out = d;
+  int least, greatest;
+  LCT__CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  LCT__CUDA_TRY(cudaStreamCreateWithPriority(&d->stream, cudaStreamNonBlocking, greatest));
+  d->work_bytes = lct_cuda_decode_workspace_size(LCT__BATCH_GROUP);
+  LCT__CUDA_TRY(cudaMalloc(&d->work, d->work_bytes));
+  LCT__CUDA_TRY(cudaMallocHost((void **)&d->status, LCT__BATCH_GROUP * sizeof *d->status));
+  return 0;
+}
+
 static int lct__batch_open(lct__cuda_batch **out) {
   lct__cuda_batch *b = calloc(1, sizeof *b);
   if (b == NULL)
     return LCT_ENOMEM;
   pthread_mutex_init(&b->lock, NULL);
   *out = b;
-  size_t dec = lct_cuda_decode_workspace_size(LCT__BATCH_GROUP);
-  b->work_bytes = dec > LCT__BATCH_ENCODE_WORK ? dec : LCT__BATCH_ENCODE_WORK;
+  b->work_bytes = LCT__BATCH_ENCODE_WORK;
   b->crc_work_bytes = LCT__BATCH_CRC_WORK;
   LCT__CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
   LCT__CUDA_TRY(cudaMalloc(&b->work, b->work_bytes));
@@ -558,6 +602,7 @@ static void lct__cuda_destroy(void *ctx) {
       cudaStreamDestroy(w->stream);
   }
   lct__batch_close(g->batch);
+  lct__gets_close(g->gets);
   cudaFree(g->base);
   lct__ranges_free(&g->free);
   free(g);
@@ -634,6 +679,8 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
     rc = lct__cuda_worker_open(&g->workers[i], segment_max);
   if (rc == 0)
     rc = lct__batch_open(&g->batch);
+  if (rc == 0)
+    rc = lct__gets_open(&g->gets);
   size_t free_b = 0, total_b = 0;
   if (rc == 0 && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
     rc = LCT_ECUDA;

@@ -43,8 +43,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
     mover threads of this optimizer. Fetches use client, stores a second
     connection (client.clone()). The first groups are small and grow (the
     pipeline fills quickly); step() returns once the last group is updated,
-    the moments of the last groups on their way back while the trainer goes
-    on (into its next forward pass, which they overlap). The next
+    its moments on their way back while the trainer goes on. The next
     step(), state_dict(), load_state_dict() and flush() wait for them (and
     raise what failed storing them): call flush() before reading the moments
     from lctd some other way.
@@ -167,8 +166,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         device whose states fit a part of the scratch, as _Layouts. The first
         group takes at most 1/_FIRST of a part (or one parameter), each next
         one twice as much, the last at most 1/_TAIL: the pipeline fills
-        through small requests and drains through a short last update, after
-        which step() returns. Worked out again only
+        through small requests, and the last group's store, which the step
+        does not wait for, holds the scratch briefly. Worked out again only
         when the parameters with gradients, or their shapes or dtypes,
         change."""
         present = []
@@ -289,12 +288,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
             plans.clear()
             scratch.clear()
 
-        def finish_stores():
-            errors = [_failure(job) if job is not None else None for job in stored]
-            finish(errors, [i for i, error in enumerate(errors) if error is not None])
-            failed = next((error for error in errors if error is not None), None)
-            if failed is not None:
-                raise failed
+        def finish_last():
+            error = _failure(stored[-1]) if stored[-1] is not None else None
+            finish([error], [len(plans) - 1] if error is not None else [])
+            if error is not None:
+                raise error
 
         try:
             for i in range(min(_PARTS, len(groups))):
@@ -306,6 +304,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 stored.append(store(i))
                 if i + _PARTS < len(groups):
                     fetched.append(fetch(i + _PARTS))
+            for job in stored[:-1]:
+                if job is not None:
+                    job.wait()
         except BaseException as e:
             # Nothing may touch the scratch once it returns to the allocator;
             # any request cut off keeps it from going back.
@@ -313,9 +314,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
             unstored = [i for i in range(len(plans)) if i >= len(stored) or failures[i] is not None]
             finish([e] + [_failure(job) for job in fetched if job is not None] + failures, unstored)
             raise
-        # The stores still running finish while the trainer goes on; a mover
+        # The last group's states go back while the trainer goes on; a mover
         # thread then lets go of the scratch, and the next step waits for it.
-        self._pending = self._mover(True).submit(finish_stores)
+        self._pending = self._mover(True).submit(finish_last)
 
     def _batch(self, batches, i, client, keys, values, put):
         """Group i's requests, packed at its first step and retargeted after."""

@@ -73,6 +73,8 @@ typedef struct lct__backend_ops {
    * symbol counts of the segments that have a hist to it.
    * Worker thread; returns an argument or CUDA error, per-segment failures in
    * their rc. */
+  /* Called on worker threads: a decode_batch may run while an encode_batch
+   * or hist_batch does (a trainer's fetch beside its store). */
   int (*encode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
   int (*decode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
   int (*hist_batch)(void *ctx, lct__batch_seg *segs, size_t n);

@@ -10,6 +10,10 @@ bits than its codebook expects and every other put rebuilds it: a histogram in t
 encode pass, a Huffman build, and a new device codebook at the next put). A device to
 device copy of each request's bytes is timed in the same run as the baseline.
 
+A request of one 4 KiB tensor, put and got in the same rounds, gives the fixed cost of a
+request (the client's call, the socket, lctd's hand-offs between threads, the launches and
+the GPU's turn-around).
+
 With several --lctd binaries (a change and the code before it, say), each gets its
 own lctd on the same GPU and the rounds alternate between them, so that the machine's
 drifts fall on all. Needs a CUDA GPU, torch, and a built lctd:
@@ -90,6 +94,7 @@ def copy_ms(buf):
 
 
 reqs = moments()
+SMALL = torch.randn(1024, device="cuda")  # the 4 KiB request
 raw = sum(b.numel() * 4 for b, _ in reqs)
 servers = []
 for path in a.lctd:
@@ -97,8 +102,9 @@ for path in a.lctd:
     c = lct.Client(d.endpoint, timeout_ms=60000)
     puts = [lct.Batch(c, views, put=True) for _, views in reqs]
     gets = [lct.Batch(c, views, put=False) for _, views in reqs]
-    servers.append(dict(path=path, lctd=d, client=c, puts=puts, gets=gets,
-                        t={"get": [], "put steady": [], "put drifting": []}))
+    small = (lct.Batch(c, [("small", SMALL)], put=True), lct.Batch(c, [("small", SMALL)], put=False))
+    servers.append(dict(path=path, lctd=d, client=c, puts=puts, gets=gets, small=small,
+                        t={"get": [], "put steady": [], "put drifting": [], "put 4 KiB": [], "get 4 KiB": []}))
 
 # Rounds: every server gets its moments back and puts them again, steady then drifting.
 copies = []
@@ -115,6 +121,11 @@ for regime in ("put steady", "put drifting"):
                 if r >= a.skip:
                     s["t"][regime].append(ms_put)
                     s["t"]["get"].append(ms_get)
+            if regime == "put steady":
+                ms_put, ms_get = timed(s["small"][0].send), timed(s["small"][1].send)
+                if r >= a.skip:
+                    s["t"]["put 4 KiB"].append(ms_put)
+                    s["t"]["get 4 KiB"].append(ms_get)
         if r >= a.skip and regime == "put steady":
             copies += [copy_ms(b) for b, _ in reqs]
 
@@ -131,8 +142,9 @@ with open(os.path.join(a.out, "device_put.json"), "w") as f:
 
 print(f"{results['tensors']} f32 tensors, {raw / 2**20:.0f} MiB in {len(reqs)} requests; "
       f"median ms per request; copy of a request's bytes {results['copy_ms_per_request']:.3f} ms")
-print(f"{'lctd':40s} {'get':>8s} {'put steady':>11s} {'put drifting':>13s} {'rebuilds':>9s}")
+print(f"{'lctd':40s} {'get':>8s} {'put steady':>11s} {'put drifting':>13s} {'rebuilds':>9s} "
+      f"{'get 4 KiB':>10s} {'put 4 KiB':>10s}")
 for s in results["servers"]:
     m = s["ms_per_request"]
     print(f"{s['lctd'][-40:]:40s} {m['get']:8.3f} {m['put steady']:11.3f} {m['put drifting']:13.3f} "
-          f"{s['codebook_rebuilds'] or 0:9.0f}")
+          f"{s['codebook_rebuilds'] or 0:9.0f} {m['get 4 KiB']:10.3f} {m['put 4 KiB']:10.3f}")

@@ -6,9 +6,10 @@ Asserts that the loss of every step is bitwise identical between torch AdamW
 (foreach=False, the single-tensor path OffloadedAdamW reproduces) and the offloaded
 optimizer. PyTorch's default AdamW on CUDA (foreach=True, multi-tensor kernels; its
 results differ in the last bits) trains too, as the fastest baseline. Reports trainer peak GPU memory, lctd's resident bytes and ratio
-per state kind (each mode trained alone), step time and its overhead (the three modes
-trained side by side, a step of each in turn, so that the machine's drifts fall on all
-alike), and the longest sequence length that trains under a fixed per-process memory cap
+per state kind (each mode trained alone), step time and its overhead against each
+baseline (the four modes trained side by side, in turn in runs of four steps, so that the
+machine's drifts fall on all alike), and the longest sequence length that trains under a
+fixed per-process memory cap
 with each. Needs a CUDA GPU, torch, and a built lctd:
 
     tests/bench/train_offload.py --lctd build/bin/lctd --out results/

@@ -14,6 +14,8 @@ _TAIL = 4  # the last group takes at most 1/_TAIL of a part
 _MIN_AUTO_SCRATCH = 256 << 20
 _UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
 _CODED = (torch.float32, torch.bfloat16, torch.float16)  # state dtypes lct codes; others go raw
+# The multi-tensor operations of the CUDA update (_adamw_run); a torch without them updates tensor by tensor.
+_FOREACH = hasattr(torch, "_foreach_lerp_") and hasattr(torch, "_foreach_copy_")
 
 
 def _aligned(nbytes):
@@ -28,10 +30,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
     of as many as fit in a quarter of a scratch buffer of scratch_bytes on
     their device: it fetches a group's moments from lctd into its part,
     applies the update with the same operations in the same order as
-    PyTorch's single-tensor AdamW, each one multi-tensor kernel over the
-    group (so parameters and moments are bitwise identical to
-    torch.optim.AdamW(foreach=False)'s, in a few launches per group instead
-    of a few per parameter), puts the moments back and moves on.
+    PyTorch's single-tensor AdamW, on CUDA each one multi-tensor kernel over
+    the group's parameters of one parameter group, step count and dtype (so
+    parameters and moments are bitwise identical to
+    torch.optim.AdamW(foreach=False)'s, checked with torch 2.11, in a few
+    launches per group instead of a few per parameter), puts the moments
+    back and moves on.
     The four parts rotate so that the requests overlap the updates: while a
     group updates, the next groups' moments are fetched and the previous
     groups' put back, in the background. A group's moments travel in one
@@ -415,8 +419,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     def _update(self, plan):
         """The AdamW update of a group whose states are in its scratch: its
-        parameters in runs that share a parameter group and a step count,
-        each run updated by _adamw_run, on CUDA with multi-tensor kernels."""
+        parameters in runs that share a parameter group, a step count and
+        dtypes (multi-tensor kernels take one dtype per launch), each run
+        updated by _adamw_run, on CUDA with multi-tensor kernels."""
         runs = {}
         for group, p, m, v, tmp, master, fresh in plan.work:
             if fresh:
@@ -427,9 +432,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 if master is not None:
                     master.copy_(p)
             step_t = self.state[p]["step"]
-            _, run = runs.setdefault((id(group), step_t.item()), (group, []))
+            _, run = runs.setdefault((id(group), step_t.item(), p.dtype, p.grad.dtype), (group, []))
             run.append((p, m, v, tmp, master, step_t))
-        ops = torch if plan.layout.device.type == "cuda" else _PerTensor
+        ops = torch if plan.layout.device.type == "cuda" and _FOREACH else _PerTensor
         for group, run in runs.values():
             params, ms, vs, tmps, masters, steps = (list(x) for x in zip(*run))
             torch._foreach_add_(steps, 1)

@@ -117,6 +117,30 @@ class TestOffloadedAdamW(LctdTestCase):
                 with self.assertRaises(lct.NotFoundError):
                     self.client.stat(self.key(f"{device}/2/exp_avg"))  # the frozen embedding
 
+    def test_parameters_at_different_steps(self):
+        """A parameter whose first gradient comes later updates beside the others, at its own step count."""
+        for device in devices():
+            with self.subTest(device=device):
+                ref_model = make_model(device, torch.float32)
+                off_model = copy.deepcopy(ref_model)
+                ref = torch.optim.AdamW(ref_model.parameters(), foreach=False, fused=False, **HYPER)
+                off = lct.optim.OffloadedAdamW(off_model.parameters(), self.client,
+                                               key_prefix=self.key(f"{device}/"), **HYPER)
+                for step in range(STEPS):
+                    for model, opt in ((ref_model, ref), (off_model, off)):
+                        opt.zero_grad()
+                        backward(model, step, device)
+                        if step < 2:  # the head joins at step 2: its counter lags the others' by two
+                            for p in model[4].parameters():
+                                p.grad = None
+                    ref.step()
+                    off.step()
+                    for (name, a), b in zip(ref_model.named_parameters(), off_model.parameters()):
+                        self.assertBitwiseEqual(a, b, f"step {step} {name}")
+                self.assertStatesEqual(ref, off, device)
+                steps = {float(s["step"]) for s in off.state_dict()["state"].values()}
+                self.assertEqual(steps, {STEPS, STEPS - 2}, device)
+
     def test_master_weights(self):
         """bf16 parameters with float32 masters in lctd equal AdamW on float32 parameters."""
         for device in devices():

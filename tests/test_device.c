@@ -1,5 +1,6 @@
 /* test_device.c — lct_put_device and lct_get_device against a real lctd: device to device on the cuda backend, the host path (counted) on the cpu backend. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 #include "lct_checksum.h"
 #include "lctd_harness.h"
@@ -337,6 +338,82 @@ Test(device, many_round_trip_and_drift, .fini = stop) {
   CUDA_CHECK(cudaFree(src));
   CUDA_CHECK(cudaFree(dst));
   lct_close(c);
+}
+
+/* One client's batch puts, on a thread of their own. */
+typedef struct put_loop {
+  lct_client *c;
+  lct_device_tensor *items;
+  int rounds;
+  int rc;
+  size_t failed;
+} put_loop;
+
+static void *put_loop_run(void *arg) {
+  put_loop *p = arg;
+  for (int r = 0; r < p->rounds && p->rc == 0; r++)
+    p->rc = lct_put_device_many(p->c, p->items, N_SLICES, &p->failed);
+  return NULL;
+}
+
+/* lctd decodes a get while it encodes a put (their own streams and
+ * workspaces): one client puts a set over and over while another gets a
+ * second set back, and every get and the last put hold the right bytes. */
+Test(device, gets_beside_puts, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  enum { ROUNDS = 20 };
+  lct_client *putter = test_connect(lctd.ipc), *getter = test_connect(lctd.ipc);
+  slice_set s;
+  slices_load(&s);
+  uint8_t *src, *dst;
+  slices_to_device(&s, &src, &dst);
+  char put_keys[N_SLICES][128], get_keys[N_SLICES][128];
+  lct_tensor_info put_info[N_SLICES], get_info[N_SLICES];
+  lct_device_tensor put[N_SLICES], get[N_SLICES];
+  slices_items(&s, "beside/put/", src, put_keys, put_info, put);
+  slices_items(&s, "beside/get/", src, get_keys, get_info, get);
+  size_t failed = N_SLICES;
+  cr_assert_eq(lct_put_device_many(getter, get, N_SLICES, &failed), 0, "%s", lct_last_error(getter));
+  slices_items(&s, "beside/get/", dst, get_keys, get_info, get);
+
+  put_loop p = {putter, put, ROUNDS, 0, N_SLICES};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, put_loop_run, &p), 0);
+  uint8_t *back = malloc(s.total);
+  int rc = 0, copied = 0;
+  long wrong = -1; /* round * N_SLICES + slice of the first get that differs */
+  for (int r = 0; r < ROUNDS && rc == 0 && wrong < 0; r++) {
+    if ((rc = lct_get_device_many(getter, get, N_SLICES, &failed)) != 0)
+      break;
+    copied = cudaMemcpy(back, dst, s.total, cudaMemcpyDeviceToHost) == cudaSuccess;
+    if (!copied)
+      break;
+    for (size_t i = 0; i < N_SLICES && wrong < 0; i++)
+      if (memcmp(back + s.at[i], s.host[i], s.bytes[i]) != 0)
+        wrong = (long)(r * N_SLICES + i);
+  }
+  pthread_join(th, NULL);
+  cr_assert_eq(rc, 0, "get beside puts: %s (%s), item %zu", lct_strerror(rc), lct_last_error(getter), failed);
+  cr_assert(copied, "cudaMemcpy of the gets' bytes");
+  cr_assert_eq(wrong, -1, "round %ld: %s differs", wrong / (long)N_SLICES, slices[wrong % (long)N_SLICES]);
+  cr_assert_eq(p.rc, 0, "put beside gets: %s (%s), item %zu", lct_strerror(p.rc), lct_last_error(putter), p.failed);
+
+  slices_items(&s, "beside/put/", dst, put_keys, put_info, get);
+  CUDA_CHECK(cudaMemset(dst, 0xA5, s.total));
+  cr_assert_eq(lct_get_device_many(getter, get, N_SLICES, &failed), 0, "%s", lct_last_error(getter));
+  CUDA_CHECK(cudaMemcpy(back, dst, s.total, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < N_SLICES; i++)
+    cr_assert_eq(memcmp(back + s.at[i], s.host[i], s.bytes[i]), 0, "%s: the last put's bytes", slices[i]);
+  lct_server_stats st = test_stats(getter);
+  cr_assert_eq(st.device_puts, (ROUNDS + 1) * N_SLICES);
+  cr_assert_eq(st.device_gets, (ROUNDS + 1) * N_SLICES);
+  free(back);
+  slices_free(&s);
+  CUDA_CHECK(cudaFree(src));
+  CUDA_CHECK(cudaFree(dst));
+  lct_close(putter);
+  lct_close(getter);
 }
 
 Test(device, many_errors_and_all_or_nothing, .fini = stop) {

@@ -72,8 +72,10 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
                                    rq->device->gpu_uuid.len != LCT_GPU_UUID_BYTES ||
                                    rq->device->boot_id.len != LCT_BOOT_ID_BYTES))
     rc = LCT_EPROTO;
-  else if (rq->meta != NULL)
-    rc = lct__meta_check(rq->meta);
+  else if (rq->meta != NULL && (rc = lct__meta_check(rq->meta)) != 0)
+    ;
+  else if (rq->n_items > LCT_DEVICE_ITEMS_MAX)
+    rc = LCT_E2BIG; /* before a pass over them */
   for (size_t i = 0; i < rq->n_items && rc == 0; i++) {
     const Lctpb__DeviceItem *it = rq->items[i];
     if ((rc = lct_wire_key_check(it->key.data, it->key.len)) == 0 && it->meta != NULL)

@@ -47,6 +47,15 @@ typedef struct lct__request {
   uint64_t received;    /* uv_hrtime at receipt */
 } lct__request;
 
+static int lct__is_many(const lct__request *rq) {
+  return rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY;
+}
+
+/* A device get: its items hold references to the entries read. */
+static int lct__is_get(const lct__request *rq) {
+  return rq->op == LCTPB__OP__OP_GET_DEVICE || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY;
+}
+
 static void lct__request_free(lct__request *rq) {
   rq->srv->stats.in_flight--;
   if (rq->hdr != NULL)
@@ -59,7 +68,7 @@ static void lct__request_free(lct__request *rq) {
     nn_freemsg(rq->reply_msg);
   if (rq->pending != NULL)
     lct__staging_release(rq->srv->staging, rq->pending);
-  if (rq->batch != NULL && (rq->op == LCTPB__OP__OP_GET_DEVICE || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY))
+  if (rq->batch != NULL && lct__is_get(rq))
     for (size_t i = 0; i < rq->n_items; i++)
       if (rq->batch[i].entry != NULL)
         lct__entry_unref(rq->batch[i].entry);
@@ -151,9 +160,6 @@ static void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
 static void lct__reply_item_error(lct__request *rq, int err, size_t item, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static int lct__is_many(const lct__request *rq) {
-  return rq->op == LCTPB__OP__OP_PUT_DEVICE_MANY || rq->op == LCTPB__OP__OP_GET_DEVICE_MANY;
-}
 
 /* The error of an item of a device request: for a _MANY op, failed_item and a
  * message that starts with its index; PUT_DEVICE and GET_DEVICE (served as
@@ -243,17 +249,22 @@ static int lct__decl_check(const lct__config *cfg, const Lctpb__TensorMeta *m, l
   return rc;
 }
 
+/* A put's key against max_key_length: 0, or LCT_ENAMETOOLONG with why. */
+static int lct__put_key_check(const lct__config *cfg, const ProtobufCBinaryData *key, char *why, size_t cap) {
+  if (key->len <= (size_t)cfg->max_key_length)
+    return 0;
+  snprintf(why, cap, "key of %zu bytes exceeds max_key_length %d", key->len, cfg->max_key_length);
+  return LCT_ENAMETOOLONG;
+}
+
 /* Checks a put's key against max_key_length and its declaration; replies
  * itself on failure. */
 static int lct__decl_or_reply(lct__request *rq, lct__put_decl *d) {
   const lct__config *cfg = &rq->srv->cfg;
-  if (rq->hdr->key.len > (size_t)cfg->max_key_length) {
-    lct__reply_error(rq, LCT_ENAMETOOLONG, "key of %zu bytes exceeds max_key_length %d",
-                     rq->hdr->key.len, cfg->max_key_length);
-    return 0;
-  }
   char why[160];
-  int rc = lct__decl_check(cfg, rq->hdr->meta, d, why, sizeof why);
+  int rc = lct__put_key_check(cfg, &rq->hdr->key, why, sizeof why);
+  if (rc == 0)
+    rc = lct__decl_check(cfg, rq->hdr->meta, d, why, sizeof why);
   if (rc != 0)
     lct__reply_error(rq, rc, "%s", why);
   return rc == 0;
@@ -427,13 +438,6 @@ static void lct__get_done(void *arg, int rc) {
   lct__reply_send(rq, 0, msg, rq->reply_len);
 }
 
-static lct__entry *lct__find_key(lct__request *rq) {
-  lct__entry *e = lct__store_find(rq->srv->store, rq->hdr->key.data, rq->hdr->key.len);
-  if (e == NULL)
-    lct__reply_error(rq, LCT_ENOENT, "no such key");
-  return e;
-}
-
 /* The entry of key to read, at the version asked for if any: 0, or
  * LCT_ENOENT / LCT_ESTALE with why. */
 static int lct__entry_to_read(const lct__server *srv, const ProtobufCBinaryData *key, int has_version,
@@ -591,7 +595,7 @@ static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t 
 }
 
 /* The checks common to the device ops: no payload, 1..LCT_DEVICE_ITEMS_MAX
- * items with distinct keys within max_key_length, each inside the device
+ * items with distinct keys, each inside the device
  * buffer (alignment needs the element size: lct__batch_map_or_reply).
  * Allocates rq->batch. Replies itself and returns 0 on failure. */
 static int lct__batch_or_reply(lct__request *rq) {
@@ -604,9 +608,8 @@ static int lct__batch_or_reply(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "this operation needs a device buffer");
     return 0;
   }
-  if (rq->n_items == 0 || rq->n_items > LCT_DEVICE_ITEMS_MAX) {
-    lct__reply_error(rq, rq->n_items ? LCT_E2BIG : LCT_EINVAL, "%zu items; a request takes 1 to %d", rq->n_items,
-                     LCT_DEVICE_ITEMS_MAX);
+  if (rq->n_items == 0) { /* at most LCT_DEVICE_ITEMS_MAX: lct_wire_request_parse */
+    lct__reply_error(rq, LCT_EINVAL, "no items; a request takes 1 to %d", LCT_DEVICE_ITEMS_MAX);
     return 0;
   }
   size_t dup = 0;
@@ -620,11 +623,6 @@ static int lct__batch_or_reply(lct__request *rq) {
   }
   for (size_t i = 0; i < rq->n_items; i++) {
     const Lctpb__DeviceItem *it = rq->items[i];
-    if (it->key.len > (size_t)rq->srv->cfg.max_key_length) {
-      lct__reply_item_error(rq, LCT_ENAMETOOLONG, i, "key of %zu bytes exceeds max_key_length %d", it->key.len,
-                            rq->srv->cfg.max_key_length);
-      return 0;
-    }
     if (it->offset > h->device->size || it->size > h->device->size - it->offset) {
       lct__reply_item_error(rq, LCT_EINVAL, i, "%" PRIu64 " bytes at offset %" PRIu64
                             " run past the device buffer's %" PRIu64, it->size, it->offset, h->device->size);
@@ -647,7 +645,7 @@ static int lct__batch_map_or_reply(lct__request *rq) {
   const Lctpb__Request *h = rq->hdr;
   for (size_t i = 0; i < rq->n_items; i++) {
     const lct__batch_item *b = &rq->batch[i];
-    size_t esize = lct_dtype_size(b->entry == NULL ? b->decl.dtype : b->entry->dtype);
+    size_t esize = lct_dtype_size(lct__is_get(rq) ? b->entry->dtype : b->decl.dtype);
     if ((h->device->offset + rq->items[i]->offset) % esize != 0) {
       lct__reply_item_error(rq, LCT_EINVAL, i, "buffer not aligned to its %zu-byte elements", esize);
       return 0;
@@ -664,13 +662,13 @@ static int lct__batch_map_or_reply(lct__request *rq) {
 /* The items' metas, in order, as the reply of a _MANY op; the one item's as
  * that of PUT_DEVICE or GET_DEVICE. */
 static void lct__reply_batch(lct__request *rq) {
-  Lctpb__TensorMeta *metas = malloc(rq->n_items * sizeof *metas);
-  Lctpb__TensorMeta **ptrs = malloc(rq->n_items * sizeof *ptrs);
-  if (metas == NULL || ptrs == NULL) {
-    free(metas), free(ptrs);
+  /* The metas and their pointers in one block. */
+  Lctpb__TensorMeta *metas = malloc(rq->n_items * (sizeof *metas + sizeof(Lctpb__TensorMeta *)));
+  if (metas == NULL) {
     lct__reply_error(rq, LCT_ENOMEM, "out of memory for the reply (the batch itself succeeded)");
     return;
   }
+  Lctpb__TensorMeta **ptrs = (Lctpb__TensorMeta **)(metas + rq->n_items);
   for (size_t i = 0; i < rq->n_items; i++) {
     lct__meta_of(rq->batch[i].entry, &metas[i]);
     ptrs[i] = &metas[i];
@@ -683,7 +681,7 @@ static void lct__reply_batch(lct__request *rq) {
     rp.meta = ptrs[0];
   }
   lct__reply(rq, &rp, NULL, 0);
-  free(metas), free(ptrs);
+  free(metas);
 }
 
 static void lct__device_batch_ended(void *arg, int rc, size_t failed, const char *why) {
@@ -726,7 +724,9 @@ static void lct__put_items(lct__request *rq) {
     const Lctpb__DeviceItem *it = rq->items[i];
     lct__batch_item *b = &rq->batch[i];
     char why[160];
-    int rc = lct__decl_check(cfg, it->meta, &b->decl, why, sizeof why);
+    int rc = lct__put_key_check(cfg, &it->key, why, sizeof why);
+    if (rc == 0)
+      rc = lct__decl_check(cfg, it->meta, &b->decl, why, sizeof why);
     if (rc == 0 && it->size != b->decl.raw_bytes) {
       rc = LCT_ESIZE;
       snprintf(why, sizeof why, "size %" PRIu64 "; dtype and shape make %" PRIu64, it->size, b->decl.raw_bytes);
@@ -810,7 +810,6 @@ static void lct__op_get_device(lct__request *rq) {
     lct__get_items(rq);
 }
 
-
 static void lct__op_delete(lct__request *rq) {
   if (!lct__need_key(rq))
     return;
@@ -825,9 +824,13 @@ static void lct__op_delete(lct__request *rq) {
 static void lct__op_stat(lct__request *rq) {
   if (!lct__need_key(rq))
     return;
-  lct__entry *e = lct__find_key(rq);
-  if (e == NULL)
+  lct__entry *e;
+  char why[96];
+  int rc = lct__entry_to_read(rq->srv, &rq->hdr->key, 0, 0, &e, why, sizeof why);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
     return;
+  }
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   Lctpb__TensorMeta m;
   lct__meta_of(e, &m);
@@ -1102,8 +1105,9 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
   }
   if ((rc = lct_wire_request_parse(&rq->frame, &rq->hdr)) != 0) {
     lct__reply_error(rq, rc,
-                     rc == LCT_EPROTO ? "malformed request header"
+                     rc == LCT_EPROTO  ? "malformed request header"
                      : rc == LCT_EINVAL ? "key contains a NUL byte"
+                     : rc == LCT_E2BIG  ? "more device items than a request takes (1024)"
                                         : "key empty or longer than 1024 bytes");
     return;
   }

@@ -303,8 +303,9 @@ static int lct__read(lct__reader *rd, void *p, size_t len) {
 }
 
 /* Reads and checks one snapshot file into a new entry. Returns 0, LCT_ECORRUPT,
- * LCT_E2BIG (segments above segment_size), or the pool's LCT_ENOSPC /
- * LCT_ENOMEM; why says which check failed. */
+ * LCT_E2BIG (segments above segment_size), the pool's LCT_ENOSPC /
+ * LCT_ENOMEM, or LCT_EIO (the copy into the pool failed); why says which
+ * check failed. */
 static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_t *buf,
                           lct__entry **out, const char **why) {
   const lct__backend *be = lct__pool_backend(srv->pool);
@@ -343,6 +344,7 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
   if (lct_wire_key_check(key, key_len) != 0)
     return LCT_ECORRUPT;
   lct__entry *e;
+  *why = "out of memory for its entry";
   int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
   if (rc != 0)
     return rc;
@@ -393,9 +395,9 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
     *why = "segment larger than segment_size (decoders hold one segment at a time)";
     goto fail;
   }
-  *why = "the pool has no room for it";
   for (uint32_t i = 0; i < n_seg; i++) {
     lct__segment *sg = &e->segments[i];
+    *why = "the pool has no room for it";
     if ((rc = lct__pool_alloc(srv->pool, sg->blob_bytes, &sg->blob)) != 0)
       goto fail;
     sg->alloc_bytes = sg->blob_bytes;
@@ -482,7 +484,7 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
     const char *why = "";
     int rc = lct__load_file(srv, f, (uint64_t)sb.st_size, buf, &e, &why);
     fclose(f);
-    if (rc == LCT_ECORRUPT || rc == LCT_EIO) {
+    if (rc == LCT_ECORRUPT) {
       lct__log_error("persist: %s/%s is corrupt or partial (%s); skipped and renamed %s.corrupt", path,
                      name, why, name);
       lct__set_aside(srv, dir, name, ".corrupt");
@@ -490,8 +492,10 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
       continue;
     }
     if (rc != 0) {
-      lct__log_error("persist: %s/%s does not fit (%s: %s); skipped and renamed %s.unloaded", path, name,
-                     lct_strerror(rc), why, name);
+      /* Intact, but not loaded now: the pool is full, the file's segments
+       * are larger than segment_size, or the copy into the pool failed. */
+      lct__log_error("persist: %s/%s %s (%s: %s); skipped and renamed %s.unloaded", path, name,
+                     rc == LCT_EIO ? "could not be loaded" : "does not fit", lct_strerror(rc), why, name);
       lct__set_aside(srv, dir, name, ".unloaded");
       skipped++;
       continue;

@@ -927,7 +927,7 @@ static void lct__op_stats(lct__request *rq) {
  * (their tensors are all in its snapshot). */
 typedef struct lct__save_job {
   uv_thread_t writer;  /* not one of the codec threads: puts and gets go on */
-  int threaded;        /* writer was started (else the loop wrote) */
+  int threaded;        /* writer was started (else the save fails unwritten) */
   uv_async_t written;  /* the writer's word to the loop that it is done */
   lct__server *srv;
   lct__snapshot *snap;
@@ -998,13 +998,12 @@ static void lct__save_written(uv_async_t *a) {
 static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   lct__save_job *job = calloc(1, sizeof *job);
   int rc = job == NULL ? LCT_ENOMEM : lct__persist_begin(srv, &job->snap);
-  if (rc == 0 && uv_async_init(srv->loop, &job->written, lct__save_written) != 0) {
-    lct__persist_result ignored;
-    lct__persist_end(srv, job->snap, &ignored); /* counts the save */
-    srv->stats.persist_failures++;
-    rc = LCT_ENOMEM;
-  } else if (rc != 0) {
+  if (rc != 0) {
     lct__persist_failed(srv);
+  } else if (uv_async_init(srv->loop, &job->written, lct__save_written) != 0) {
+    lct__persist_result ignored;
+    lct__persist_end(srv, job->snap, &ignored); /* unwritten: counted as a failed save */
+    rc = LCT_ENOMEM;
   }
   if (rc != 0) {
     lct__persist_result none = {0};
@@ -1020,9 +1019,9 @@ static void lct__save_start(lct__server *srv, lct__request **rqs, size_t n) {
   job->written.data = job;
   srv->saving = job;
   job->threaded = uv_thread_create(&job->writer, lct__save_write, job) == 0;
-  if (!job->threaded) {
-    lct__log_warn("persist: cannot start a thread for the save; the loop writes it");
-    lct__save_write(job);
+  if (!job->threaded) { /* never on the loop: it would stop serving for the whole write */
+    lct__log_error("persist: cannot start a thread for the save; it fails unwritten");
+    uv_async_send(&job->written);
   }
 }
 
@@ -1034,7 +1033,8 @@ void lct__save_abandon(lct__server *srv) {
     uv_thread_join(&job->writer);
   lct__persist_result r;
   lct__persist_end(srv, job->snap, &r);
-  srv->saving = NULL; /* the job and its handle go with the process */
+  job->snap = NULL;
+  srv->saving = NULL; /* the job and its handle go with the process, which exits next */
 }
 
 static void lct__op_save(lct__request *rq) {

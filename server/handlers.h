@@ -15,7 +15,7 @@ char *lct__stats_text(struct lct__server *srv, size_t *len);
 
 /* For a stop that cannot wait for the loop: waits for the save being
  * written, if any, to finish its files and marks what it wrote (its SAVE
- * requests go unanswered). */
+ * requests go unanswered). The loop must not run again after it. */
 void lct__save_abandon(struct lct__server *srv);
 
 #endif

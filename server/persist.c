@@ -95,7 +95,7 @@ struct lct__snapshot {
   uint8_t *written;  /* per entry: written by this save */
   char (*names)[LCT__SNAP_NAME + 1]; /* per entry: its file name */
   size_t n, cap;
-  int rc;            /* LCT_EIO when the directory itself failed */
+  int rc;            /* LCT_EIO until written, and when a file or the directory failed */
   lct__persist_result r;
 };
 
@@ -201,6 +201,7 @@ int lct__persist_begin(lct__server *srv, lct__snapshot **out) {
     return LCT_ENOMEM;
   }
   lct__store_each(srv->store, lct__snapshot_add, sv);
+  sv->rc = LCT_EIO; /* until written: a snapshot ended unwritten counts as a failed save */
   *out = sv;
   return 0;
 }
@@ -208,7 +209,6 @@ int lct__persist_begin(lct__server *srv, lct__snapshot **out) {
 static int lct__name_cmp(const void *a, const void *b) { return strcmp(a, b); }
 
 void lct__persist_write(lct__snapshot *sv) {
-  sv->rc = LCT_EIO;
   sv->dir = open(sv->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (sv->dir < 0) {
     lct__log_error("persist: cannot save to %s: %s", sv->dir_path, strerror(errno));

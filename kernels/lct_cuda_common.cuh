@@ -18,14 +18,13 @@
 #define LCT__LAUNCH_CHECK() LCT__CUDA_TRY(cudaGetLastError())
 
 /* Gives kernel smem bytes of dynamic shared memory (and, with max_carveout,
- * shared memory over L1, for residency) on the current device, once per
- * device: the attributes persist, and each call costs a driver call on the
+ * shared memory over L1, for residency) on device dev (the current one),
+ * once per device: the attributes persist, and each call costs a driver call on the
  * launch path. set: the devices done, one bit each (those past 63 every time);
  * they hold for each device's primary context, which lives as long as the
  * process unless it calls cudaDeviceReset. */
-static inline int lct__smem_attrs(const void *kernel, int smem, bool max_carveout, std::atomic<uint64_t> &set) {
-  int dev;
-  LCT__CUDA_TRY(cudaGetDevice(&dev));
+static inline int lct__smem_attrs(const void *kernel, int smem, bool max_carveout, int dev,
+                                  std::atomic<uint64_t> &set) {
   const uint64_t bit = dev < 64 ? 1ull << dev : 0;
   if (set.load(std::memory_order_acquire) & bit) return 0;
   LCT__CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

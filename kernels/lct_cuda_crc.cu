@@ -314,7 +314,7 @@ extern "C" int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t coun
   LCT__CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const uint64_t blocks = (uint64_t)sms;
   static std::atomic<uint64_t> attrs_set{0};
-  int rc = lct__smem_attrs((const void *)crc_pieces, kSmemBytes, true, attrs_set);
+  int rc = lct__smem_attrs((const void *)crc_pieces, kSmemBytes, true, dev, attrs_set);
   if (rc) return rc;
 
   crc_params p;

@@ -38,7 +38,9 @@ struct decode_launch {
       constexpr size_t smem = lct__dec_smem_bytes<DT>();
       if (smem + lct__dec_table_bytes<DT>() > 48 * 1024) { /* beyond the default limit; shared memory over L1 for residency */
         static std::atomic<uint64_t> attrs_set{0};
-        int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT>, (int)smem, true, attrs_set);
+        int dev;
+        LCT__CUDA_TRY(cudaGetDevice(&dev));
+        int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT>, (int)smem, true, dev, attrs_set);
         if (rc) return rc;
       }
       lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, LCT__DEC_WARPS * 32, smem, stream>>>(p);

@@ -41,7 +41,9 @@ struct encode_launch {
     ws += 1 + n_items;
     constexpr unsigned smem = lct__enc_stage_bytes<DT>();
     static std::atomic<uint64_t> attrs_set{0};
-    int rc = lct__smem_attrs((const void *)lct__encode_kernel<DT>, smem, false, attrs_set);
+    int dev;
+    LCT__CUDA_TRY(cudaGetDevice(&dev));
+    int rc = lct__smem_attrs((const void *)lct__encode_kernel<DT>, smem, false, dev, attrs_set);
     if (rc) return rc;
     lct__encode_kernel<DT><<<(unsigned)n_items, LCT__ENC_THREADS, smem, stream>>>(p);
     LCT__LAUNCH_CHECK();

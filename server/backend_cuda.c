@@ -50,6 +50,8 @@ typedef struct lct__cuda_batch {
                         to pinned memory each would cross the bus) */
   uint64_t *hist;    /* device: LCT__BATCH_HISTS histograms of LCT__CUDA_SYMS counters */
   uint64_t *hist_pinned; /* pinned host: their copy */
+  uint64_t *hist_of[LCT__BATCH_HISTS]; /* per slot of the group: the host counters it adds to */
+  size_t hist_len[LCT__BATCH_HISTS];   /* and how many (2^s) */
   lct_cuda_codebook *dcb[LCT__BATCH_CODEBOOKS];
   uint64_t dcb_id[LCT__BATCH_CODEBOOKS];    /* the codebook id each holds; 0: none yet */
   uint64_t dcb_group[LCT__BATCH_CODEBOOKS]; /* the last group that used each */
@@ -250,56 +252,44 @@ static int lct__hist_slot(const uint64_t **last, size_t *slots, const uint64_t *
 }
 
 /* The device slot of a group's next segment seg, walking the group in order
- * (*last, *slot: where the walk stands, NULL and 0 at its start); NULL when
- * seg takes no histogram. */
-static uint64_t *lct__hist_dev(lct__cuda_batch *b, const lct__batch_seg *seg, const uint64_t **last, size_t *slot) {
+ * (*slots: those taken so far, 0 at its start), each slot recording the host
+ * counters it adds to; NULL when seg takes no histogram. */
+static uint64_t *lct__hist_dev(lct__cuda_batch *b, const lct__batch_seg *seg, size_t *slots) {
   if (seg->hist == NULL)
     return NULL;
-  *slot += *last != NULL && seg->hist != *last;
-  *last = seg->hist;
-  return b->hist + *slot * LCT__CUDA_SYMS;
-}
-
-/* Zeroes the device slots of the histograms of segs[0..k) (at most
- * LCT__BATCH_HISTS); *bytes: what they take, 0 when no segment has a hist. */
-static int lct__hist_zero(lct__cuda_batch *b, const lct__batch_seg *segs, size_t k, size_t *bytes) {
-  const uint64_t *last = NULL;
-  size_t slots = 0;
-  for (size_t i = 0; i < k; i++)
-    lct__hist_slot(&last, &slots, segs[i].hist);
-  *bytes = slots * LCT__CUDA_SYMS * sizeof(uint64_t);
-  if (slots > 0)
-    LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, *bytes, b->stream));
-  return 0;
-}
-
-/* After the wait: adds the counts copied back into hist_pinned to the segments' hists. */
-static void lct__hist_add(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
-  const uint64_t *last = NULL;
-  size_t slot = 0;
-  for (size_t i = 0; i < k; i++) {
-    const uint64_t *prev = last;
-    if (lct__hist_dev(b, &segs[i], &last, &slot) == NULL || segs[i].hist == prev)
-      continue;
-    size_t len = (size_t)1 << lct_dtype_symbol_bits(segs[i].dtype);
-    for (size_t j = 0; j < len; j++)
-      segs[i].hist[j] += b->hist_pinned[slot * LCT__CUDA_SYMS + j];
+  if (*slots == 0 || b->hist_of[*slots - 1] != seg->hist) {
+    b->hist_of[*slots] = seg->hist;
+    b->hist_len[*slots] = (size_t)1 << lct_dtype_symbol_bits(seg->dtype);
+    ++*slots;
   }
+  return b->hist + (*slots - 1) * LCT__CUDA_SYMS;
+}
+
+/* The bytes of a group's first slots (0 when none). */
+static size_t lct__hist_bytes(size_t slots) { return slots * LCT__CUDA_SYMS * sizeof(uint64_t); }
+
+/* After the wait: adds the counts copied back into hist_pinned to the slots' host counters. */
+static void lct__hist_add(lct__cuda_batch *b, size_t slots) {
+  for (size_t s = 0; s < slots; s++)
+    for (size_t j = 0; j < b->hist_len[s]; j++)
+      b->hist_of[s][j] += b->hist_pinned[s * LCT__CUDA_SYMS + j];
 }
 
 /* First puts' histograms, before their codebooks exist: the histogram kernel. */
 static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
   for (size_t done = 0; done < n;) {
-    size_t k = 0, slots = 0, bytes;
+    size_t k = 0, slots = 0;
     const uint64_t *last = NULL;
     while (done + k < n && lct__hist_slot(&last, &slots, segs[done + k].hist))
       k++;
-    int rc = lct__hist_zero(b, segs + done, k, &bytes);
-    last = NULL;
-    size_t slot = 0;
+    const size_t bytes = lct__hist_bytes(slots);
+    if (bytes > 0)
+      LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, bytes, b->stream));
+    int rc = 0;
+    slots = 0;
     for (size_t i = 0; i < k && rc == 0; i++) {
       const lct__batch_seg *sg = &segs[done + i];
-      uint64_t *dev = lct__hist_dev(b, sg, &last, &slot);
+      uint64_t *dev = lct__hist_dev(b, sg, &slots);
       if (dev != NULL && sg->n > 0)
         rc = lct_cuda_histogram(sg->dtype, sg->src, sg->n, dev, b->stream);
     }
@@ -308,7 +298,7 @@ static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
     if (bytes > 0) {
       LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
       LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
-      lct__hist_add(b, segs + done, k);
+      lct__hist_add(b, slots);
     }
     done += k;
   }
@@ -321,20 +311,21 @@ static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
 static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
   uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
   uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
-  const uint64_t *last = NULL;
-  size_t slot = 0, hist_bytes;
+  size_t slots = 0;
   for (size_t i = 0; i < k; i++) {
     b->enc[i].blob_bytes = &blob[i];
     b->enc[i].code_bits = &b->bits[i];
-    b->enc[i].hist = lct__hist_dev(b, &segs[i], &last, &slot);
+    b->enc[i].hist = lct__hist_dev(b, &segs[i], &slots);
     b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
   }
   if (lct_cuda_crc32c_batch_workspace_size(b->crc, k) > b->crc_work_bytes ||
       lct_cuda_encode_workspace_size(b->enc, k) > b->work_bytes)
     return LCT_EBUFSIZE; /* the caller splits the group */
+  const size_t hist_bytes = lct__hist_bytes(slots);
+  if (hist_bytes > 0)
+    LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, hist_bytes, b->stream));
   int rc;
-  if ((rc = lct__hist_zero(b, segs, k, &hist_bytes)) != 0 ||
-      (rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
+  if ((rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemsetAsync(b->bits, 0, k * sizeof *b->bits, b->stream));
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
@@ -349,8 +340,7 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
     segs[i].crc = crc[i];
     segs[i].rc = blob[i] <= segs[i].cap ? 0 : LCT_ECUDA;
   }
-  if (hist_bytes > 0)
-    lct__hist_add(b, segs, k);
+  lct__hist_add(b, slots);
   return 0;
 }
 

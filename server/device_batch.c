@@ -38,8 +38,9 @@ typedef struct lct__batch_job {
   lct__batch_hist *hist;  /* put: per item, which round takes its histogram, and where it goes */
   uint64_t *hists;        /* put: the counters of the items that take a histogram */
   int round;
-  int rc;                 /* worker: argument or CUDA error of the round, or a codebook build's */
-  size_t failed;          /* worker: the item whose codebook build failed, else n_items */
+  int rc;                 /* worker: the round's error: the codec's, a segment's or a codebook build's */
+  size_t failed;          /* worker: the item at fault, n_items for the round as a whole */
+  const char *why;        /* worker: what failed */
   lct__batch_cb cb;
   void *arg;
   uint64_t started;
@@ -95,8 +96,17 @@ static int lct__batch_seg_error(const lct__batch_job *job, size_t *failed) {
 static void lct__batch_build(lct__batch_job *job, int why) {
   for (size_t i = 0; i < job->n_items && job->rc == 0; i++)
     if (job->hist[i].why == why &&
-        (job->rc = lct_codebook_build(job->built[i]->dtype, job->hist[i].counts, &job->built[i]->codebook)) != 0)
+        (job->rc = lct_codebook_build(job->built[i]->dtype, job->hist[i].counts, &job->built[i]->codebook)) != 0) {
       job->failed = i;
+      job->why = "codebook build failed";
+    }
+}
+
+/* The round's codec pass (rc), then its segments' errors. */
+static void lct__batch_codec_end(lct__batch_job *job, int rc, const char *why) {
+  job->why = why;
+  if ((job->rc = rc) == 0)
+    job->rc = lct__batch_seg_error(job, &job->failed);
 }
 
 static void lct__batch_run(uv_work_t *w) {
@@ -104,18 +114,17 @@ static void lct__batch_run(uv_work_t *w) {
   const lct__backend *be = lct__pool_backend(job->srv->pool);
   switch (job->round) {
   case LCT__BATCH_DECODE:
-    job->rc = be->ops->decode_batch(be->ctx, job->segs, job->n_segs);
+    lct__batch_codec_end(job, be->ops->decode_batch(be->ctx, job->segs, job->n_segs),
+                         "stored tensor failed to decode");
     return;
   case LCT__BATCH_HIST:
+    job->why = "codec failed";
     if ((job->rc = be->ops->hist_batch(be->ctx, job->segs, job->n_segs)) == 0)
       lct__batch_build(job, LCT__HIST_FIRST);
     return;
-  default: { /* the rebuilds' histograms in the same pass; their codebooks replace the ones just used */
-    size_t failed; /* a failed segment is the batch's error: nothing to build for */
-    if ((job->rc = be->ops->encode_batch(be->ctx, job->segs, job->n_segs)) == 0 &&
-        lct__batch_seg_error(job, &failed) == 0)
-      lct__batch_build(job, LCT__HIST_REBUILD);
-  }
+  default: /* the rebuilds' histograms in the same pass; their codebooks replace the ones just used */
+    lct__batch_codec_end(job, be->ops->encode_batch(be->ctx, job->segs, job->n_segs), "codec failed");
+    lct__batch_build(job, LCT__HIST_REBUILD); /* nothing when a segment failed */
   }
 }
 
@@ -137,7 +146,6 @@ static void lct__batch_end(lct__batch_job *job, int rc, size_t failed, const cha
   job->cb(job->arg, rc, failed, why);
   lct__batch_free(job);
 }
-
 
 /* Points the segments of item i at its entry's codebook (after a build). */
 static void lct__batch_codebook(lct__batch_job *job, size_t i) {
@@ -202,17 +210,10 @@ static void lct__batch_done(uv_work_t *w, int status) {
   lct__server *srv = job->srv;
   size_t failed = job->n_items;
   int rc = status != 0 ? LCT_ENOMEM : job->rc;
-  if (rc != 0 && job->failed < job->n_items) {
-    lct__batch_end(job, rc, job->failed, "codebook build failed");
-    return;
-  }
-  if (rc == 0 && job->round != LCT__BATCH_HIST)
-    rc = lct__batch_seg_error(job, &failed);
   if (rc != 0) {
     if (job->round == LCT__BATCH_DECODE)
       lct__log_error("a device batch of %zu tensors failed to decode: %s", job->n_items, lct_strerror(rc));
-    lct__batch_end(job, rc, failed, job->round == LCT__BATCH_DECODE ? "stored tensor failed to decode"
-                                                                    : "codec failed");
+    lct__batch_end(job, rc, status != 0 ? job->n_items : job->failed, status != 0 ? "out of memory" : job->why);
     return;
   }
   switch (job->round) {

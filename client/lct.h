@@ -156,13 +156,15 @@ int lct_set_device_stream(lct_client *c, void *stream);
  * lct_job_wait blocks until the job has finished and returns what the call
  * returned, *failed (if not NULL) as the call sets it (n for a canceled
  * job; LCT_EINVAL for no job); lct_job_error is the job's lct_last_error()
- * text ("" until it has finished, and for no job). lct_job_free waits for the job and releases it (a job another
- * job waits for lives on until that one has looked at it). lct_close lets
+ * text ("" until it has finished, and for no job). lct_job_free waits for
+ * the job and releases it (a job another job waits for lives on until that
+ * one has looked at it). lct_close lets
  * the running job finish (one still waiting for another client's job is
  * canceled), fails the queued ones with LCT_ECANCELED and stops the thread;
  * their handles stay the caller's to free. lct_submit_device_many returns
- * LCT_EINVAL (no job handle, or no items with n > 0) or LCT_ENOMEM (no job
- * or thread) without touching lct_last_error(). */
+ * LCT_EINVAL (no job handle, or no items with n > 0), LCT_ENOMEM (no job
+ * or thread) or LCT_ENODEV (a liblct built without CUDA) without touching
+ * lct_last_error(). */
 typedef struct lct_job lct_job;
 
 int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event,

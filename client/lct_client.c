@@ -59,7 +59,6 @@ struct lct_client {
   uint8_t boot_id[LCT_BOOT_ID_BYTES];     /* this host's, read at the first device call */
   int boot_known;
   cudaStream_t sync_stream;               /* NULL: device calls synchronize the whole GPU */
-  cudaEvent_t sync_event;                 /* a running job's event, waited for instead */
 #endif
   /* Background device jobs (lct_submit_device_many), under lct__jobs_mu. */
   lct_job *jobs_head, *jobs_tail;
@@ -527,7 +526,20 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, lct
   return 0;
 }
 
-/* Synchronizes the GPU of allocation a, or the stream set (with sync), and
+/* Waits for the work a device call follows: the job's event, else the
+ * stream set, else the whole current GPU. */
+static int lct__device_sync(lct_client *c, cudaEvent_t event) {
+  cudaError_t e = event != NULL           ? cudaEventSynchronize(event)
+                  : c->sync_stream != NULL ? cudaStreamSynchronize(c->sync_stream)
+                                           : cudaDeviceSynchronize();
+  if (e == cudaSuccess)
+    return 0;
+  return lct__cuda_fail(c, e, event != NULL             ? "waiting for the job's event"
+                              : c->sync_stream != NULL ? "synchronizing the device stream"
+                                                       : "synchronizing the buffer's device");
+}
+
+/* Synchronizes (with sync: lct__device_sync) the GPU of allocation a, and
  * describes the buffer [dptr, dptr + bytes) in it for lctd: the
  * allocation's IPC handle (exported once per allocation), the offset into
  * it, the GPU's UUID and this host's boot id (each looked up once per
@@ -535,17 +547,12 @@ static int lct__device_locate(lct_client *c, const void *dptr, size_t bytes, lct
  * call. LCT_ENOIPC when the buffer cannot be shared by IPC (the host path
  * applies). */
 static int lct__device_describe(lct_client *c, const lct__alloc *a, const void *dptr, size_t bytes, int sync,
-                                Lctpb__DeviceBuffer *msg) {
+                                cudaEvent_t event, Lctpb__DeviceBuffer *msg) {
   int rc, prev;
   cudaError_t e = cudaGetDevice(&prev);
   if (e != cudaSuccess || (e = cudaSetDevice(a->device)) != cudaSuccess)
     return lct__cuda_fail(c, e, "selecting the buffer's device");
-  if (sync && (e = c->sync_event != NULL    ? cudaEventSynchronize(c->sync_event)
-                   : c->sync_stream != NULL ? cudaStreamSynchronize(c->sync_stream)
-                                            : cudaDeviceSynchronize()) != cudaSuccess) {
-    rc = lct__cuda_fail(c, e, c->sync_event != NULL    ? "waiting for the job's event"
-                              : c->sync_stream != NULL ? "synchronizing the device stream"
-                                                       : "synchronizing the buffer's device");
+  if (sync && (rc = lct__device_sync(c, event)) != 0) {
     cudaSetDevice(prev); /* best effort: the synchronization's error is the one to report */
     return rc;
   }
@@ -625,16 +632,16 @@ static int lct__fallback(int rc) { return rc == LCT_ENOIPC || rc == LCT_EOP; }
 
 /* Items [from, to) of t that one request carries: they lie in the allocation
  * of t[from] (*a; consecutive items in one allocation travel together), at
- * most LCT_DEVICE_ITEMS_MAX of them and within the header budget. */
-static int lct__many_group(lct_client *c, int put, const lct_device_tensor *t, size_t from, size_t n, size_t *to,
-                           lct__alloc *a) {
+ * most LCT_DEVICE_ITEMS_MAX of them and within the header budget (items:
+ * their request items, keys and metas filled in). */
+static int lct__many_group(lct_client *c, const lct_device_tensor *t, Lctpb__DeviceItem *const *items,
+                           size_t from, size_t n, size_t *to, lct__alloc *a) {
   int rc = lct__device_locate(c, t[from].dptr, t[from].bytes, a);
   if (rc != 0)
     return rc;
   size_t header = 0, i = from;
   for (; i < n && i - from < LCT_DEVICE_ITEMS_MAX; i++) {
-    int dims = put && t[i].ndim > 0 ? (t[i].ndim < LCT_MAX_DIMS ? t[i].ndim : LCT_MAX_DIMS) : 0;
-    header += strlen(t[i].key) + 64 + 10 * (size_t)dims;
+    header += items[i]->key.len + 64 + 10 * (items[i]->meta != NULL ? items[i]->meta->n_shape : 0);
     if (header > LCT__MANY_HEADER_BUDGET && i > from)
       break;
     if (i > from && !lct__alloc_holds(a, t[i].dptr, t[i].bytes))
@@ -671,10 +678,12 @@ static int lct__many_host(lct_client *c, int put, int device, const lct_device_t
 }
 
 /* One PUT_DEVICE_MANY or GET_DEVICE_MANY for items [from, to) of one
- * allocation; on failure *failed_item is the index (from `from`) of the item
- * the server named, else 0: the request as a whole. */
-static int lct__many_call(lct_client *c, int put, const lct__alloc *a, const lct_device_tensor *t, size_t from,
-                          size_t to, int sync, size_t *failed_item) {
+ * allocation, their request items (keys and metas filled in) at items[from];
+ * on failure *failed_item is the index (from `from`) of the item the server
+ * named, else 0: the request as a whole. */
+static int lct__many_call(lct_client *c, int put, const lct__alloc *a, const lct_device_tensor *t,
+                          Lctpb__DeviceItem **items, size_t from, size_t to, int sync, cudaEvent_t event,
+                          size_t *failed_item) {
   size_t k = to - from;
   *failed_item = 0;
   uintptr_t lo = UINTPTR_MAX, hi = 0;
@@ -684,91 +693,96 @@ static int lct__many_call(lct_client *c, int put, const lct__alloc *a, const lct
     hi = p + t[i].bytes > hi ? p + t[i].bytes : hi;
   }
   Lctpb__DeviceBuffer buffer;
-  int rc = lct__device_describe(c, a, (const void *)lo, hi - lo, sync, &buffer);
+  int rc = lct__device_describe(c, a, (const void *)lo, hi - lo, sync, event, &buffer);
   if (rc != 0)
     return rc;
-  Lctpb__DeviceItem *items = calloc(k, sizeof *items);
-  Lctpb__DeviceItem **ptrs = calloc(k, sizeof *ptrs);
-  Lctpb__TensorMeta *metas = put ? calloc(k, sizeof *metas) : NULL;
-  if (items == NULL || ptrs == NULL || (put && metas == NULL)) {
-    free(items), free(ptrs), free(metas);
-    return lct__fail(c, LCT_ENOMEM, "out of memory for %zu items", k);
-  }
-  for (size_t j = 0; j < k && rc == 0; j++) {
-    const lct_device_tensor *x = &t[from + j];
-    Lctpb__DeviceItem *it = &items[j];
-    lctpb__device_item__init(it);
-    it->key.data = (uint8_t *)x->key;
-    it->key.len = strlen(x->key);
-    it->offset = (uint64_t)((uintptr_t)x->dptr - lo);
-    it->size = x->bytes;
-    if (put) {
-      rc = lct__put_meta(c, x->dtype, x->shape, x->ndim, x->bytes, &metas[j]);
-      it->meta = &metas[j];
-    }
-    ptrs[j] = it;
-    if (rc != 0)
-      *failed_item = j;
-  }
+  for (size_t i = from; i < to; i++)
+    items[i]->offset = (uint64_t)((uintptr_t)t[i].dptr - lo);
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = put ? LCTPB__OP__OP_PUT_DEVICE_MANY : LCTPB__OP__OP_GET_DEVICE_MANY;
+  rq.device = &buffer;
+  rq.n_items = k;
+  rq.items = items + from;
   lct__reply r;
-  if (rc == 0) {
-    Lctpb__Request rq = LCTPB__REQUEST__INIT;
-    rq.op = put ? LCTPB__OP__OP_PUT_DEVICE_MANY : LCTPB__OP__OP_GET_DEVICE_MANY;
-    rq.device = &buffer;
-    rq.n_items = k;
-    rq.items = ptrs;
-    rc = lct__call(c, &rq, NULL, 0, &r);
-    if (rc != 0) {
-      *failed_item = c->failed_item < k ? c->failed_item : 0;
-    } else if (r.hdr->n_metas != k) {
-      rc = lct__fail(c, LCT_EPROTO, "%zu metas in the reply to %zu items", r.hdr->n_metas, k);
-      lct__reply_free(&r);
-    } else {
-      /* Each tensor's size as the server recorded it: a put's bytes, a get's
-       * within its buffer. */
-      for (size_t j = 0; j < k && rc == 0; j++) {
-        const Lctpb__TensorMeta *m = r.hdr->metas[j];
-        const uint64_t bytes = t[from + j].bytes;
-        if (!m->has_raw_bytes || (put ? m->raw_bytes != bytes : m->raw_bytes > bytes)) {
-          rc = lct__fail(c, LCT_EPROTO, "item %zu: the reply has %" PRIu64 " bytes for a buffer of %" PRIu64, j,
-                         m->raw_bytes, bytes);
-          *failed_item = j;
-        }
-      }
-      for (size_t j = 0; j < k && rc == 0; j++)
-        if (t[from + j].info != NULL)
-          lct__info_of(r.hdr->metas[j], t[from + j].info);
-      lct__reply_free(&r);
-    }
+  rc = lct__call(c, &rq, NULL, 0, &r);
+  if (rc != 0) {
+    *failed_item = c->failed_item < k ? c->failed_item : 0;
+    return rc;
   }
-  free(items), free(ptrs), free(metas);
+  if (r.hdr->n_metas != k) {
+    rc = lct__fail(c, LCT_EPROTO, "%zu metas in the reply to %zu items", r.hdr->n_metas, k);
+  } else {
+    /* Each tensor's size as the server recorded it: a put's bytes, a get's
+     * within its buffer. */
+    for (size_t j = 0; j < k && rc == 0; j++) {
+      const Lctpb__TensorMeta *m = r.hdr->metas[j];
+      const uint64_t bytes = t[from + j].bytes;
+      if (!m->has_raw_bytes || (put ? m->raw_bytes != bytes : m->raw_bytes > bytes)) {
+        rc = lct__fail(c, LCT_EPROTO, "item %zu: the reply has %" PRIu64 " bytes for a buffer of %" PRIu64, j,
+                       m->raw_bytes, bytes);
+        *failed_item = j;
+      }
+    }
+    for (size_t j = 0; j < k && rc == 0; j++)
+      if (t[from + j].info != NULL)
+        lct__info_of(r.hdr->metas[j], t[from + j].info);
+  }
+  lct__reply_free(&r);
   return rc;
 }
 
-static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, size_t *failed) {
-  size_t at = n;
-  int rc = 0, synced = -1;
-  Lctpb__TensorMeta m;
-  for (size_t i = 0; i < n && rc == 0; i++) { /* every item is checked before any is sent */
-    at = i;
-    if (t[i].key == NULL || lct_wire_key_check((const uint8_t *)t[i].key, strlen(t[i].key)) != 0)
-      rc = lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", (int)LCT_KEY_MAX);
-    else if (t[i].dptr == NULL && t[i].bytes > 0)
-      rc = lct__fail(c, LCT_EINVAL, "no buffer");
-    else if (put)
-      rc = lct__put_meta(c, t[i].dtype, t[i].shape, t[i].ndim, t[i].bytes, &m);
+/* The request items of t[0..n), checked before any is sent (into the one
+ * block *block, freed by the caller): keys, buffers, and a put's metas.
+ * *at: the item at fault. */
+static int lct__many_items(lct_client *c, int put, const lct_device_tensor *t, size_t n, void **block,
+                           Lctpb__DeviceItem ***items, size_t *at) {
+  *block = malloc(n * (sizeof(Lctpb__DeviceItem *) + sizeof(Lctpb__DeviceItem) + (put ? sizeof(Lctpb__TensorMeta) : 0)));
+  if (*block == NULL)
+    return lct__fail(c, LCT_ENOMEM, "out of memory for %zu items", n);
+  Lctpb__DeviceItem **ptrs = *block;
+  Lctpb__DeviceItem *its = (Lctpb__DeviceItem *)(ptrs + n);
+  Lctpb__TensorMeta *metas = (Lctpb__TensorMeta *)(its + n);
+  for (size_t i = 0; i < n; i++) {
+    *at = i;
+    size_t len = t[i].key != NULL ? strlen(t[i].key) : 0;
+    if (t[i].key == NULL || lct_wire_key_check((const uint8_t *)t[i].key, len) != 0)
+      return lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", (int)LCT_KEY_MAX);
+    if (t[i].dptr == NULL && t[i].bytes > 0)
+      return lct__fail(c, LCT_EINVAL, "no buffer");
+    lctpb__device_item__init(&its[i]);
+    its[i].key.data = (uint8_t *)t[i].key;
+    its[i].key.len = len;
+    its[i].size = t[i].bytes;
+    if (put) {
+      int rc = lct__put_meta(c, t[i].dtype, t[i].shape, t[i].ndim, t[i].bytes, &metas[i]);
+      if (rc != 0)
+        return rc;
+      its[i].meta = &metas[i];
+    }
+    ptrs[i] = &its[i];
   }
-  if (rc == 0)
-    at = n;
+  *at = n;
+  *items = ptrs;
+  return 0;
+}
+
+/* lct_put_device_many / lct_get_device_many; event: a job's (NULL: as
+ * lct_set_device_stream says). */
+static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event, size_t *failed) {
+  size_t at = n;
+  int synced = -1;
+  void *block = NULL;
+  Lctpb__DeviceItem **items = NULL;
+  int rc = n > 0 ? lct__many_items(c, put, t, n, &block, &items, &at) : 0;
   for (size_t from = 0, to; from < n && rc == 0; from = to) {
     lct__alloc a = {0};
     to = from + 1;
     if (t[from].bytes == 0) {
       rc = lct__many_host(c, put, -1, &t[from]); /* nothing to map */
-    } else if ((rc = lct__many_group(c, put, t, from, n, &to, &a)) == 0) {
+    } else if ((rc = lct__many_group(c, t, items, from, n, &to, &a)) == 0) {
       size_t item;
       /* Work queued on the buffers' GPU completes first: one synchronization per device. */
-      rc = lct__many_call(c, put, &a, t, from, to, a.device != synced, &item);
+      rc = lct__many_call(c, put, &a, t, items, from, to, a.device != synced, (cudaEvent_t)event, &item);
       synced = a.device;
       if (lct__fallback(rc)) { /* the host path, item by item */
         rc = 0;
@@ -782,14 +796,15 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
     if (rc != 0 && at == n) /* a failure of the group as a whole: its first item */
       at = from;
   }
+  free(block);
   if (failed != NULL)
     *failed = rc == 0 ? n : at;
   return rc;
 }
 #else
 /* A liblct without CUDA: every device call answers LCT_ENODEV. */
-static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, size_t *failed) {
-  (void)t, (void)n;
+static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event, size_t *failed) {
+  (void)t, (void)n, (void)event;
   if (failed != NULL)
     *failed = 0;
   return lct__fail(c, LCT_ENODEV, "this liblct was built without CUDA: no device buffers (use %s)",
@@ -800,12 +815,12 @@ static int lct__many(lct_client *c, int put, const lct_device_tensor *t, size_t 
 int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
                    const void *dptr, size_t bytes, lct_tensor_info *info) {
   lct_device_tensor t = {key, dtype, shape, ndim, (void *)dptr, bytes, info};
-  return lct__many(c, 1, &t, 1, NULL);
+  return lct__many(c, 1, &t, 1, NULL, NULL);
 }
 
 int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info) {
   lct_device_tensor t = {key, 0, NULL, 0, dptr, cap, info};
-  int rc = lct__many(c, 0, &t, 1, NULL);
+  int rc = lct__many(c, 0, &t, 1, NULL, NULL);
   if (rc == LCT_EBUFSIZE && info != NULL) {
     /* As lct_get: info tells the size needed (a device reply carries none). */
     char saved[sizeof c->err];
@@ -817,11 +832,11 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
 }
 
 int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
-  return lct__many(c, 1, t, n, failed);
+  return lct__many(c, 1, t, n, NULL, failed);
 }
 
 int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
-  return lct__many(c, 0, t, n, failed);
+  return lct__many(c, 0, t, n, NULL, failed);
 }
 
 /* Background device jobs. One mutex and one condition serve every client's
@@ -887,13 +902,7 @@ static void *lct__jobs_run(void *arg) {
     }
     pthread_mutex_unlock(&lct__jobs_mu);
     size_t failed = 0;
-#ifdef LCT_CLIENT_CUDA
-    c->sync_event = (cudaEvent_t)j->event;
-#endif
-    int rc = lct__many(c, j->put, j->t, j->n, &failed);
-#ifdef LCT_CLIENT_CUDA
-    c->sync_event = NULL;
-#endif
+    int rc = lct__many(c, j->put, j->t, j->n, j->event, &failed);
     pthread_mutex_lock(&lct__jobs_mu);
     lct__job_finish(j, rc, failed, rc != 0 ? c->err : "");
   }
@@ -907,6 +916,10 @@ int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, s
   if (job == NULL || (t == NULL && n > 0))
     return LCT_EINVAL;
   *job = NULL;
+#ifndef LCT_CLIENT_CUDA
+  (void)c, (void)put, (void)event, (void)after;
+  return LCT_ENODEV; /* no device buffers: the caller takes the host path */
+#endif
   lct_job *j = malloc(sizeof *j);
   if (j == NULL)
     return LCT_ENOMEM;

@@ -178,6 +178,22 @@ class _Host:
 # Whether liblct has the device path; False once it answered LCT_ENODEV
 # (built without CUDA), after which CUDA tensors go through host memory.
 _device_path = True
+_device_path_asked = False  # whether _has_device_path asked liblct already
+
+
+def _has_device_path(client):
+    """_device_path, asked of liblct before a job relies on it (a job could
+    not fall back to host memory as send() does)."""
+    global _device_path, _device_path_asked
+    if _device_path and not _device_path_asked:
+        with client._lock:
+            if client._c is None:
+                raise ValueError("client is closed")
+            # Resets the client's device stream, which is unset between calls: LCT_ENODEV without CUDA.
+            rc = _native.lib().lct_set_device_stream(client._c, None)
+        _device_path = rc != error_code("LCT_ENODEV")
+        _device_path_asked = True
+    return _device_path
 
 
 def _host(value, writable):
@@ -644,8 +660,8 @@ class Batch:
 
     @property
     def submittable(self):
-        """Whether submit() takes this batch: contiguous CUDA tensors on the device path."""
-        return not (self._single or self._repack or self._staged_on is not None or not self._device_path)
+        """Whether submit() takes this batch: contiguous CUDA tensors, and a liblct with the device path."""
+        return not (self._single or self._staged_on is not None) and _has_device_path(self.client)
 
     def submit(self, event=None, after=None):
         """send() on the client's job thread (lct_submit_device_many): returns

@@ -114,11 +114,17 @@ class OffloadedAdamW(torch.optim.Optimizer):
     def _state_dtype(self, p):
         return torch.float32 if self.offload_master_weights else p.dtype
 
+    def _state_names(self):
+        """The states a parameter keeps in lctd, each a key."""
+        return ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
+
+    def _slot_bytes(self, p):
+        return _aligned(p.numel() * self._state_dtype(p).itemsize)
+
     def _need(self, p):
-        slot = _aligned(p.numel() * self._state_dtype(p).itemsize)
-        # m, v and denom; with master weights also the master, and the float32
-        # gradient shares denom's slot (it is dead before denom is computed).
-        return slot * (4 if self.offload_master_weights else 3)
+        # A slot per state and one for denom (with master weights the float32
+        # gradient shares denom's: it is dead before denom is computed).
+        return self._slot_bytes(p) * (len(self._state_names()) + 1)
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)  # normalizes params to a list, rejects sets
@@ -279,11 +285,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
         def finish(errors, unstored):
             # Ends a step: lets go of the requests' values and of the scratch,
             # which goes back to the allocator unless a request cut off may
-            # still be writing into it. The groups in unstored were not (all)
-            # put back: their parameters made fresh this step lose the state
-            # their keys did not get.
-            for i in unstored:
-                self._forget_unstored(plans[i])
+            # still be writing into it. The groups in unstored ({group: what
+            # failed its store, None when never sent}) were not (all) put
+            # back: their parameters made fresh this step lose the state their
+            # keys did not get.
+            for i, error in unstored.items():
+                self._forget_unstored(plans[i], error)
             for batches in (self._fetches, self._stores):
                 for _, b in batches.values():
                     b.release()
@@ -294,7 +301,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
         def finish_last():
             error = _failure(stored[-1]) if stored[-1] is not None else None
-            finish([error], [len(plans) - 1] if error is not None else [])
+            finish([error], {len(plans) - 1: error} if error is not None else {})
             if error is not None:
                 raise error
 
@@ -315,7 +322,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
             # Nothing may touch the scratch once it returns to the allocator;
             # any request cut off keeps it from going back.
             failures = [_failure(job) if job is not None else None for job in stored]
-            unstored = [i for i in range(len(plans)) if i >= len(stored) or failures[i] is not None]
+            unstored = {i: failures[i] if i < len(stored) else None for i in range(len(plans))
+                        if i >= len(stored) or failures[i] is not None}
             finish([e] + [_failure(job) for job in fetched if job is not None] + failures, unstored)
             raise
         # The last group's states go back while the trainer goes on; a mover
@@ -346,19 +354,27 @@ class OffloadedAdamW(torch.optim.Optimizer):
                             ThreadPoolExecutor(1, thread_name_prefix="lct-store"))
         return self._movers[bool(put)]
 
-    def _forget_unstored(self, plan):
-        """After plan's store failed: each parameter whose state was made at
-        this step keeps it only if all its keys reached lctd (a store of host
-        values may fail part way); otherwise a later step starts it afresh
-        instead of fetching keys that do not exist."""
+    def _forget_unstored(self, plan, error):
+        """After plan's store failed with error (None: it was never sent):
+        each parameter whose state was made at this step keeps it only if all
+        its keys reached lctd (a store of host values may fail part way);
+        otherwise a later step starts it afresh instead of fetching keys that
+        do not exist. Where the store was never sent or its fate is unknown
+        (lctd out of reach) lctd is not asked: each question would wait out
+        the client's timeout."""
+        ask = error is not None and not (isinstance(error, LctError) and error.code in _LOST)
         for (_, p, *_, fresh), keys in zip(plan.work, plan.layout.entries):
-            if not fresh or not self.state[p]:
-                continue
-            try:
-                for key in keys[-1]:
-                    self._store_client.stat(key)
-            except LctError:  # missing, or lctd out of reach: start afresh either way
+            if fresh and self.state[p] and not (ask and self._all_stored(keys[-1])):
                 del self.state[p]
+
+    def _all_stored(self, keys):
+        """Whether lctd holds every key (False also when it cannot be asked)."""
+        try:
+            for key in keys:
+                self._store_client.stat(key)
+        except LctError:
+            return False
+        return True
 
     def _put_raw(self, items, event, after):
         _await(event, after)
@@ -378,10 +394,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
         """Where each parameter of a group keeps its states in a part: its
         slots (m, v, denom, and master) one after the other."""
         layout, off = _Layout(batch[0][2].device), 0
-        names = ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
+        names = self._state_names()
         for index, group, p, need in batch:
             dtype = self._state_dtype(p)
-            slots, elems = len(names) + 1, _aligned(p.numel() * dtype.itemsize) // dtype.itemsize
+            slots, elems = len(names) + 1, self._slot_bytes(p) // dtype.itemsize
             keys = tuple(self._key(index, name) for name in names)
             layout.entries.append((group, p, (slots,) + tuple(p.shape), (elems,) + _contiguous_strides(p.shape),
                                    off // dtype.itemsize, dtype, keys))
@@ -453,12 +469,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
         moments (and master_param) fetched from lctd as CPU tensors."""
         self.flush()
         sd = super().state_dict()
-        names = ["exp_avg", "exp_avg_sq"] + (["master_param"] if self.offload_master_weights else [])
         for index, _, p in self._indexed_params():
             if index not in sd["state"]:
                 continue
             entry = dict(sd["state"][index])
-            for name in names:
+            for name in self._state_names():
                 t = torch.empty(p.shape, dtype=self._state_dtype(p))
                 entry[name] = self.client.get(self._key(index, name), out=t)
             sd["state"][index] = entry

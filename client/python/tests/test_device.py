@@ -18,7 +18,7 @@ class _DeviceCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.lctd = Lctd("--backend", cls.backend, "--threads", "4")
+        cls.lctd = Lctd("--threads", "4", backend=cls.backend)
         cls.addClassCleanup(cls.lctd.stop)
         cls.client = lct.Client(cls.lctd.endpoint, timeout_ms=20000)
         cls.addClassCleanup(cls.client.close)

@@ -234,7 +234,7 @@ class TestOffloadedAdamW(LctdTestCase):
         # A pool too small for every moment: the first step's stores fail part
         # way, and the parameters it did not reach keep no state (a later step
         # starts them afresh instead of fetching keys that do not exist).
-        small = Lctd("--memory", "1M")
+        small = Lctd(memory="1M")
         self.addCleanup(small.stop)
         client = lct.Client(small.endpoint, timeout_ms=20000)
         self.addCleanup(client.close)

@@ -214,7 +214,9 @@ int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap) {
 }
 
 int lct_codebook_canonical(const lct_codebook *cb, uint8_t *dst, size_t cap, lct_codebook *canon) {
-  int rc = lct_codebook_serialize(cb, dst, cap);
+  lct__layout lay;
+  if (lct__dtype_layout(cb->dtype, &lay) || !lay.sym_bits || cb->n_syms != lay.n_syms) return LCT_EINVAL;
+  int rc = lct_codebook_serialize(cb, dst, cap); /* LCT_EBUFSIZE below the dtype's codebook bytes */
   if (rc) return rc;
   return lct_codebook_parse(cb->dtype, dst, lct_codebook_bytes(cb->dtype), canon) ? LCT_EINVAL : 0;
 }

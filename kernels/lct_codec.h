@@ -76,9 +76,10 @@ size_t lct_codebook_bytes(int dtype);
 int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap);
 /* Parses and validates a serialized codebook; LCT_ECORRUPT if invalid. */
 int lct_codebook_parse(int dtype, const uint8_t *src, size_t len, lct_codebook *cb);
-/* Serializes cb into dst and parses it back into *canon: the codes every
- * decoder derives from those bytes, whatever cb->code holds. LCT_EINVAL for a
- * codebook no decoder would take (lengths, Kraft sum, no ESC). */
+/* Serializes cb into dst (cap bytes) and parses it back into *canon: the
+ * codes every decoder derives from those bytes, whatever cb->code holds.
+ * LCT_EINVAL for a codebook no decoder would take (not its dtype's symbol
+ * count, lengths, Kraft sum, no ESC), LCT_EBUFSIZE when cap is short. */
 int lct_codebook_canonical(const lct_codebook *cb, uint8_t *dst, size_t cap, lct_codebook *canon);
 /* 4096-entry decode table: entry = symbol | len << 11, 0 = invalid code. */
 void lct_codebook_decode_table(const lct_codebook *cb, uint16_t table[1 << LCT_MAX_CODE_LEN]);

@@ -588,6 +588,7 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
         for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
 #pragma unroll 1
           for (uint32_t h = 0; h < 2 && j + h * G + G <= jn; h++) {
+            /* G symbols take at most G words: one, ESC and raw symbol included, is under 32 bits. */
             if constexpr (EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, G);
             uint32_t x[G], w[4];
 #pragma unroll

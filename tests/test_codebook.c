@@ -115,6 +115,16 @@ Test(codebook, serialize_parse_roundtrip) {
   cr_assert_eq(lct_codebook_parse(LCT_DTYPE_BF16, ser, 513, &back), 0);
   cr_assert_arr_eq(back.len, cb.len, sizeof cb.len);
   cr_assert_arr_eq(back.code, cb.code, sizeof cb.code);
+  /* The canonical form checks what it serializes: a buffer that holds the
+   * codebook, and the dtype's symbol count (a short one would have it read
+   * past the bytes it wrote). */
+  lct_codebook canon;
+  cr_assert_eq(lct_codebook_canonical(&cb, ser, 512, &canon), LCT_EBUFSIZE);
+  cr_assert_eq(lct_codebook_canonical(&cb, ser, sizeof ser, &canon), 0);
+  cr_assert_arr_eq(canon.code, cb.code, sizeof cb.code);
+  lct_codebook short_cb = cb;
+  short_cb.n_syms = 1;
+  cr_assert_eq(lct_codebook_canonical(&short_cb, ser, 1, &canon), LCT_EINVAL);
   free(v);
 }
 

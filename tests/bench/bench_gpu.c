@@ -141,6 +141,26 @@ static double time_op(const bench_ctx *c, int op, const op_args *a) {
   return t[reps / 2];
 }
 
+/* Times a CRC op (OP_CRC: a->bytes into a->d_crc; the others: a->crc's
+ * items) over tensors whose bytes lie in host back to back, their results
+ * cleared first and then checked against lct_crc32c's. */
+static double time_checked_crc(const bench_ctx *c, int op, const op_args *a, const uint8_t *host, const char *what) {
+  const lct_cuda_crc_item one = {a->src, a->bytes, a->d_crc};
+  const lct_cuda_crc_item *items = op == OP_CRC ? &one : a->crc;
+  const size_t n = op == OP_CRC ? 1 : a->count;
+  for (size_t i = 0; i < n; i++) GPU_TRY(cudaMemset(items[i].crc, 0xff, sizeof(uint32_t)));
+  const double ms = time_op(c, op, a);
+  for (size_t i = 0, at = 0; i < n; at += items[i].bytes, i++) {
+    uint32_t crc;
+    GPU_TRY(cudaMemcpy(&crc, items[i].crc, sizeof crc, cudaMemcpyDeviceToHost));
+    if (crc != lct_crc32c(0, host + at, items[i].bytes)) {
+      fprintf(stderr, "lct-bench gpu: %s, tensor %zu: CRC-32C differs from lct_crc32c's\n", what, i);
+      exit(1);
+    }
+  }
+  return ms;
+}
+
 /* ---- data: the shared tensors, tiled; other dtypes derived from f32 ---- */
 
 typedef struct {
@@ -309,7 +329,7 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
   GPU_TRY(cudaMemcpy(&r->blob, a.d_size, 8, cudaMemcpyDeviceToHost));
   a.blob_bytes = r->blob;
   r->dec_ms = time_op(c, OP_DECODE, &a);
-  r->crc_ms = time_op(c, OP_CRC, &a);
+  r->crc_ms = time_checked_crc(c, OP_CRC, &a, host, "GPU CRC-32C");
 
   /* Correctness of what was timed: status, round trip, and for moderate sizes
    * the blob against the CPU reference. */
@@ -323,12 +343,6 @@ static void measure(const bench_ctx *c, int dtype, const uint8_t *host, uint64_t
     exit(1);
   }
   free(back);
-  uint32_t crc;
-  GPU_TRY(cudaMemcpy(&crc, a.d_crc, sizeof crc, cudaMemcpyDeviceToHost));
-  if (crc != lct_crc32c(0, host, a.bytes)) {
-    fprintf(stderr, "lct-bench gpu: %s %s: GPU CRC-32C differs from lct_crc32c's\n", lct_dtype_name(dtype), data);
-    exit(1);
-  }
   if (a.bytes <= (64u << 20)) {
     uint8_t *gpu = malloc(r->blob), *cpu = malloc(a.cap);
     GPU_TRY(cudaMemcpy(gpu, a.blob, r->blob, cudaMemcpyDeviceToHost));
@@ -381,24 +395,6 @@ static size_t gpt_shapes(uint64_t *elems) {
   return k;
 }
 
-/* Times a CRC op over n tensors of the given byte sizes laid out in host
- * back to back, its results (d_crc[0 .. n)) cleared first and then checked
- * against lct_crc32c's. */
-static double time_checked_crc(const bench_ctx *c, int op, const op_args *a, uint32_t *d_crc, size_t n,
-                               const uint64_t *bytes, const uint8_t *host, const char *what) {
-  GPU_TRY(cudaMemset(d_crc, 0xff, sizeof(uint32_t) * n));
-  const double ms = time_op(c, op, a);
-  uint32_t *h_crc = malloc(sizeof(uint32_t) * n);
-  GPU_TRY(cudaMemcpy(h_crc, d_crc, sizeof(uint32_t) * n, cudaMemcpyDeviceToHost));
-  for (size_t i = 0, at = 0; i < n; at += bytes[i], i++) {
-    if (h_crc[i] != lct_crc32c(0, host + at, bytes[i])) {
-      fprintf(stderr, "lct-bench gpu: %s, tensor %zu: CRC-32C differs from lct_crc32c's\n", what, i);
-      exit(1);
-    }
-  }
-  free(h_crc);
-  return ms;
-}
 
 static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   const int dtype = LCT_DTYPE_BF16;
@@ -474,11 +470,8 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   b->dec_batch_ms = time_op(c, OP_DECODE_BATCH, &a);
   b->enc_each_ms = time_op(c, OP_ENCODE_EACH, &a);
   b->dec_each_ms = time_op(c, OP_DECODE_EACH, &a);
-  uint64_t *tensor_bytes = malloc(8 * b->count);
-  for (size_t i = 0; i < b->count; i++) tensor_bytes[i] = elems[i] * 2;
-  b->crc_batch_ms = time_checked_crc(c, OP_CRC_BATCH, &a, d_crc, b->count, tensor_bytes, host, "batched CRC");
-  b->crc_each_ms = time_checked_crc(c, OP_CRC_EACH, &a, d_crc, b->count, tensor_bytes, host, "CRC per tensor");
-  free(tensor_bytes);
+  b->crc_batch_ms = time_checked_crc(c, OP_CRC_BATCH, &a, host, "batched CRC");
+  b->crc_each_ms = time_checked_crc(c, OP_CRC_EACH, &a, host, "CRC per tensor");
   int *h_status = malloc(sizeof(int) * b->count);
   GPU_TRY(cudaMemcpy(h_status, status, sizeof(int) * b->count, cudaMemcpyDeviceToHost));
   at = src_at = 0;
@@ -525,7 +518,7 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   b->enc_one_ms = time_op(c, OP_ENCODE, &o);
   GPU_TRY(cudaMemcpy(&o.blob_bytes, o.d_size, 8, cudaMemcpyDeviceToHost));
   b->dec_one_ms = time_op(c, OP_DECODE, &o);
-  b->crc_one_ms = time_checked_crc(c, OP_CRC, &o, o.d_crc, 1, &b->total_bytes, host, "CRC of one tensor");
+  b->crc_one_ms = time_checked_crc(c, OP_CRC, &o, host, "CRC of one tensor");
 
   lct_cuda_codebook_destroy(one_cb);
   for (size_t i = 0; i < b->count; i++) lct_cuda_codebook_destroy(cbs[i]);

@@ -45,7 +45,6 @@ SHAPES = shapes()  # train_offload.py's GPT
 os.makedirs(a.out, exist_ok=True)
 
 
-
 def moments():
     """exp_avg and exp_avg_sq-like values of every shape, as requests of about
     --request-mib: lists of (key, view) over one buffer per request."""
@@ -131,6 +130,14 @@ for regime in ("put steady", "put drifting"):
 
 results = {"requests": len(reqs), "tensors": sum(len(v) for _, v in reqs), "raw_bytes": raw,
            "copy_ms_per_request": statistics.median(copies), "servers": []}
+# What was timed holds: every server gives back the bytes last put (a wrong decode is no result).
+for s in servers:
+    for (buf, _), g in zip(reqs, s["gets"]):
+        want = buf.clone()
+        buf.zero_()
+        g.send()
+        if not torch.equal(buf, want):
+            raise SystemExit(f"{s['path']}: a get differs from the bytes put")
 for s in servers:
     st = s["client"].stats()
     s["client"].close()

@@ -74,7 +74,7 @@ try:
                                               key_prefix="optim-step/", **HYPER),)
     times = {m: [] for m in runs}
     for k in range(a.rounds):
-        for m in MODES[k % 3:] + MODES[:k % 3]:
+        for m in MODES[k % len(MODES):] + MODES[:k % len(MODES)]:
             ps, opt = runs[m]
             times[m].append(step(opt, ps, k))
     same = all(torch.equal(x, y) for x, y in zip(runs["torch"][0], runs["lctd"][0]))

@@ -104,7 +104,7 @@ typedef struct lct_cuda_decode_item {
                             LCT_ECHECKSUM for a blob that fails any check of proto/FORMAT.md "Conformance" */
 } lct_cuda_decode_item;
 
-/* Workspace bytes for decoding count blobs in one call (16 KiB and a few bytes per blob). */
+/* Workspace bytes for decoding count blobs in one call (8 KiB and a few bytes per blob). */
 size_t lct_cuda_decode_workspace_size(size_t count);
 
 /* Decodes count blobs. Every length and offset read from a blob is checked on

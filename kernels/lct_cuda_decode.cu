@@ -19,8 +19,8 @@ int check_item(const lct_cuda_decode_item *it) {
 }
 
 /* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
- * kernel (one block per blob), then the chunk kernel (a warp per chunk,
- * LCT__DEC_WARPS chunks of one blob per block). */
+ * kernel (one block per blob), then the chunk kernel (a warp pair per chunk,
+ * LCT__DEC_PAIRS chunks of one blob per block). */
 struct decode_launch {
   const lct_cuda_decode_item *items;
   size_t count;
@@ -43,7 +43,7 @@ struct decode_launch {
         int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT>, (int)smem, true, dev, attrs_set);
         if (rc) return rc;
       }
-      lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, LCT__DEC_WARPS * 32, smem, stream>>>(p);
+      lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, LCT__DEC_PAIRS * 64, smem, stream>>>(p);
       LCT__LAUNCH_CHECK();
     }
     p.count = 0;
@@ -60,7 +60,7 @@ struct decode_launch {
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      const uint64_t blocks = (lct_chunk_count(it->n_elems) + LCT__DEC_WARPS - 1) / LCT__DEC_WARPS;
+      const uint64_t blocks = (lct_chunk_count(it->n_elems) + LCT__DEC_PAIRS - 1) / LCT__DEC_PAIRS;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
         int rc = flush<DT>(p, n_blocks);
         if (rc) return rc;

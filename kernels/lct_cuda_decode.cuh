@@ -1,11 +1,11 @@
-/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (a warp per chunk). */
+/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (a pair of warps per chunk). */
 #ifndef LCT_CUDA_DECODE_CUH
 #define LCT_CUDA_DECODE_CUH
 
 #include "lct_cuda_common.cuh"
 
 #define LCT__HDR_THREADS 256
-#define LCT__DEC_WARPS 8 /* chunks (warps) per block, sharing one decode table */
+#define LCT__DEC_PAIRS 4 /* chunks (warp pairs) per block, sharing one decode table */
 #define LCT__TABLE_ENTRIES (1u << LCT_MAX_CODE_LEN)
 
 /* One blob of a decode launch. */
@@ -15,7 +15,7 @@ struct lct__dec_tensor {
   uint8_t *dst;
   uint64_t n_elems;
   int *status;
-  uint32_t begin;   /* its first chunk block in the launch (LCT__DEC_WARPS chunks each) */
+  uint32_t begin;   /* its first chunk block in the launch (LCT__DEC_PAIRS chunks each) */
   uint32_t slot;    /* its index in the workspace arrays */
   uint32_t aligned; /* dst is 16-byte aligned */
 };
@@ -28,35 +28,33 @@ struct lct__dec_params {
   uint32_t count;
 };
 
-#define LCT__TABLE_BYTES (LCT__TABLE_ENTRIES * 4) /* workspace per slot: room for the widest entries */
+#define LCT__TABLE_BYTES (LCT__TABLE_ENTRIES * 2) /* workspace per slot */
 
-template <bool WIDE> struct lct__dec_entry_type { using T = uint16_t; };
-template <> struct lct__dec_entry_type<true> { using T = uint32_t; };
-
-/* Decode table of a dtype, indexed by the next 12 stream bits. Entry: code
- * length in bits 0-3, bit 4 (RARE) set for ESC and for an invalid code (length
- * 0) so that one OR over a round's entries tells whether it met either, and
- * the symbol from bit SH on: SH = M where the symbol fits above those bits, so
- * that an element is (entry & SYMS) | mantissa bits; f32's (M = 22) entries
- * are 32-bit. */
+/* Decode table of a dtype, indexed by the next 12 stream bits. Entry (16
+ * bits): code length in bits 0-3, bit 4 (RARE) set for ESC and for an
+ * invalid code (length 0) so that one OR over a round's entries tells whether
+ * it met either, and the symbol from bit SH on: SH = M where the symbol fits
+ * above those bits in 16, so that an element is (entry & SYMS) | mantissa
+ * bits, else the top of the entry. The code reader hands entries (or, for
+ * ESC, the raw symbol at SH) to the assembler as they are. */
 template <int DT> struct lct__dec_tab {
   static constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
-  static constexpr unsigned SH = M >= 5 ? M : 5;
+  static constexpr unsigned SH = M >= 5 && S + M <= 16 ? M : 16 - S;
   static constexpr uint32_t RARE = 16, SMASK = (1u << S) - 1, SYMS = SMASK << SH;
-  using Ent = typename lct__dec_entry_type<(S + SH > 16)>::T;
-  static constexpr unsigned LOG = sizeof(Ent) == 4 ? 2 : 1;                 /* an index to a byte offset */
+  using Ent = uint16_t;
+  static constexpr unsigned LOG = 1;                                   /* an index to a byte offset */
   static constexpr uint32_t OFFSETS = (LCT__TABLE_ENTRIES - 1) << LOG; /* the byte offset's bits */
-  static_assert(S + SH <= 8 * sizeof(Ent) && LCT_MAX_CODE_LEN < 16, "an entry's fields");
+  static_assert(SH >= 5 && S + SH <= 16 && LCT_MAX_CODE_LEN < 16, "an entry's fields");
 
   __device__ static Ent entry(unsigned sym, unsigned len, unsigned esc) {
     return (Ent)(sym == esc ? RARE | len : sym << SH | len);
   }
-  /* Entry e's symbol at bit M of an element. */
+  /* The symbol of entry e (or of a raw symbol at SH) at bit M of an element. */
   __device__ static uint32_t sym_bits(uint32_t e) {
-    if constexpr (SH == M) {
-      return e & SYMS;
+    if constexpr (SH <= M) {
+      return (e & SYMS) << (M - SH);
     } else {
-      return (e >> SH & SMASK) << M;
+      return (e & SYMS) >> (SH - M);
     }
   }
 };
@@ -242,12 +240,13 @@ template <unsigned W> __device__ static inline void lct__store_elem(uint8_t *out
   }
 }
 
-/* Per-dtype shape of the chunk decoder. Each warp keeps only small windows of
- * its chunk in shared memory (a ring of code words per lane, two rounds of
- * mantissa rows, 32 staged output bytes per lane, the reader state at the
- * round's start), so that with the block's one decode table 16-24 warps stay
- * resident per SM: the per-symbol work is a chain of dependent shared loads,
- * and only many warps hide it. */
+/* Per-dtype shape of the chunk decoder. A chunk is decoded by a pair of
+ * warps: the code reader, whose lane t follows lane t's code stream (a chain
+ * of dependent table lookups, the decoder's critical path, kept free of all
+ * other work), and the assembler, whose lane t adds lane t's mantissas to the
+ * symbols the reader handed over, checks and stores them. The reader runs a
+ * round (32 symbols per lane) ahead. Each keeps only small windows of the
+ * chunk in shared memory, so that many pairs stay resident per SM. */
 template <int DT> struct lct__dec_cfg {
   static constexpr unsigned W = lct__dt<DT>::W, S = lct__dt<DT>::S, M = lct__dt<DT>::M;
   static constexpr unsigned G = 16 / W; /* elements per 16-byte store */
@@ -263,23 +262,25 @@ template <int DT> struct lct__dec_cfg {
   static constexpr unsigned RG = 8;
   static constexpr unsigned RW = 4 * RG;
   static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
-  static_assert(4 * RG >= G + 4, "a full ring must hold the words a store group may read");
+  static_assert(4 * RG >= 2 + 4, "a full ring must hold the words a pair of symbols may read");
   static_assert(4 * RG >= 12 + 4, "a full ring must hold the words a round without ESC may read");
 };
 
-/* Shared memory of one warp: output staging (lane t's two latest store
- * groups), lane t's reader state at the round's start (for a round decoded
- * again), lane t's code ring, and round rows of mantissas (row t: lane t's k
- * words of the round). */
-template <int DT> struct lct__dec_warp_smem {
+/* Shared memory of one chunk's warp pair: the reader's code ring (row t: lane
+ * t's), the round's symbols handed to the assembler (two rounds: pair p of
+ * lane t's symbols, two entries, at [p][t]), and the assembler's round rows
+ * of mantissas (row t: lane t's k words of the round) and output staging
+ * (lane t's two latest store groups). */
+template <int DT> struct lct__dec_pair_smem {
   uint4 stage[64];
-  uint4 saved[2][32]; /* lane t's reader, check and multiplier at the round's start */
   uint32_t code[32][lct__dec_cfg<DT>::RW];
+  uint32_t syms[2][16][32];
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
+  uint32_t codes_bad; /* the reader's verdict on the lanes' streams */
 };
 
 template <int DT> struct lct__dec_smem {
-  lct__dec_warp_smem<DT> warp[LCT__DEC_WARPS];
+  lct__dec_pair_smem<DT> pair[LCT__DEC_PAIRS];
 };
 
 /* Dynamic shared memory of a chunk block (none for dtype raw: no codes); the
@@ -290,13 +291,19 @@ template <int DT> constexpr size_t lct__dec_table_bytes() {
 }
 
 /* Blocks per SM the register budget is set for: as many as shared memory
- * admits (228 KiB, 1 KiB reserved per block), at most 4 (32 warps), 3 for
- * fp8 (its 16-element store groups need more than 64 registers). */
+ * admits (228 KiB, 1 KiB reserved per block), at most 4 (64 registers), 3
+ * for f32 and fp8 (the assembler's wider store groups of fp8, f32's longer
+ * mantissa rows). */
 template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
-  constexpr unsigned cap = lct__dt<DT>::W == 1 ? 3 : 4,
+  constexpr unsigned cap = lct__dt<DT>::W == 2 ? 4 : 3,
                      fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + lct__dec_table_bytes<DT>() + 1024);
   return fit < cap ? fit : cap;
 }
+
+/* The pair's named barrier (1 + the pair's index; 0 is __syncthreads'): the
+ * reader arrives once it has handed a round over, the assembler before it
+ * takes it, so the reader fills one half of syms while the other is read. */
+__device__ static inline void lct__pair_sync(unsigned id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
 
 /* A lane's code stream reader. Reader word v is cbase[v], cbase being the
  * code section's start rounded down to 16 bytes; the ring holds words in
@@ -324,13 +331,12 @@ template <int DT> __device__ static inline void lct__commit(lct__code_reader &r,
   r.used = 0;
 }
 
-/* Takes one symbol, ESC and invalid codes included, and returns it at bit M
- * of an element: the exact reader, for rounds that met either and for the
- * tail of a partial lane. A code takes
- * at most 12 bits, so a fresh window covers two, and the symbol loop commits
- * once per pair; ESC's raw symbol may need more bits than are left, so that
- * path commits before it and again after, leaving a fresh window as a commit
- * does. */
+/* Takes one symbol, ESC and invalid codes included, and returns it as an
+ * entry's symbol field (at SH): the exact reader, for rounds that met either
+ * and for a lane's odd last symbol. A code takes at most 12 bits, so a fresh
+ * window covers two, and the symbol loop commits once per pair; ESC's raw
+ * symbol may need more bits than are left, so that path commits before it
+ * and again after, leaving a fresh window as a commit does. */
 template <int DT>
 __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
                                                    const uint32_t *ring) {
@@ -341,24 +347,25 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
   if (__builtin_expect(!(ent & TAB::RARE), 1)) {
     r.win >>= l;
     r.used += l;
-    return TAB::sym_bits(ent);
+    return ent & TAB::SYMS;
   }
   r.bad |= l == 0;
   lct__commit<DT>(r, ring);
   const uint32_t sym = (r.win >> l) & TAB::SMASK;
   r.used = l + TAB::S;
   lct__commit<DT>(r, ring);
-  return sym << TAB::M;
+  return sym << TAB::SH;
 }
 
 /* Takes two symbols from a fresh window as if neither were ESC or invalid,
- * without a branch: returns the OR of their entries (RARE set: the round is
- * decoded again by lct__take_symbol) and their symbols at bit M. The window
- * is shifted to byte offsets once (it loses its top bits; the pair reads at
- * most 24), so that each lookup is one AND from its shared load. */
+ * without a branch: *pair gets their two entries (the first in the low half),
+ * and the return value is the OR of both (RARE set: the round is decoded
+ * again by lct__take_symbol). The window is shifted to byte offsets once (it
+ * loses its top bit; the pair reads at most 24), so that each lookup is one
+ * AND from its shared load. */
 template <int DT>
 __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
-                                                 uint32_t &x0, uint32_t &x1) {
+                                                 uint32_t *pair) {
   using TAB = lct__dec_tab<DT>;
   using Ent = typename TAB::Ent;
   const char *base = reinterpret_cast<const char *>(tab);
@@ -366,8 +373,7 @@ __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const type
   const uint32_t e0 = *reinterpret_cast<const Ent *>(base + (wb & TAB::OFFSETS)), l0 = e0 & 15;
   const uint32_t e1 = *reinterpret_cast<const Ent *>(base + ((wb >> l0) & TAB::OFFSETS));
   r.used = l0 + (e1 & 15);
-  x0 = TAB::sym_bits(e0);
-  x1 = TAB::sym_bits(e1);
+  *pair = __byte_perm(e0, e1, 0x5410);
   return e0 | e1;
 }
 
@@ -476,21 +482,30 @@ __device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32
   }
 }
 
-/* The warp of chunk c: validates its place in the chunk table and its header,
- * then lane t rebuilds elements [512 t, 512 t + 512) and stores them. Returns
- * (warp-uniformly) 0, LCT_ECORRUPT or LCT_ECHECKSUM. */
+/* Where chunk c lies and what its header says, as both warps of its pair
+ * read it (alike: they take the same paths). */
+struct lct__chunk_view {
+  const uint32_t *ch; /* the chunk */
+  uint64_t size;      /* its bytes */
+  uint8_t *out;       /* its first element in dst */
+  uint32_t n;         /* its elements */
+  uint32_t hw;        /* header word `lane` (zero past the coded header or the chunk) */
+  uint32_t stored;    /* its check */
+  uint32_t mode, trim;
+  uint32_t mult0;     /* lct__mult(base + g) = (mult0 + 2g) * LCT__CHECK_MUL */
+};
+
+/* Validates chunk c's place in the chunk table and its first header word. */
 template <int DT>
-__device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
-                                            lct__dec_warp_smem<DT> &sm,
-                                             uint32_t c, uint32_t n_chunks, unsigned lane) {
+__device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
+                                      lct__chunk_view &v) {
   using L = lct__layout_of<DT>;
-  using C = lct__dec_cfg<DT>;
-  constexpr unsigned W = C::W, S = C::S, M = C::M, G = C::G, E = C::E;
+  constexpr unsigned W = lct__dt<DT>::W;
   const uint8_t *blob = T.blob;
   const uint64_t len = T.blob_bytes, first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
-  const uint32_t n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
-  uint8_t *const out = T.dst + first_elem * W;
-  const uint32_t mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1); /* lct__mult(base + g) = (mult0 + 2g) * MUL */
+  v.n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
+  v.out = T.dst + first_elem * W;
+  v.mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
 
   uint64_t off = 0, end = 0;
   if (lane == 0) {
@@ -503,209 +518,312 @@ __device__ static int lct__decode_chunk_warp(const lct__dec_tensor &T, const typ
   if ((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off || end > len ||
       end - off < LCT_RAW_CHUNK_HEADER)
     return LCT_ECORRUPT;
-  const uint64_t size = end - off;
-  const uint32_t *ch = reinterpret_cast<const uint32_t *>(blob + off);
-  const uint32_t hw = lane < LCT_CODED_CHUNK_HEADER / 4 && 4 * lane + 4 <= size ? __ldg(ch + lane) : 0;
-  const uint32_t h0 = __shfl_sync(LCT__FULL, hw, 0), stored = __shfl_sync(LCT__FULL, hw, 1);
-  const uint32_t mode = h0 & 0xff, trim = (h0 >> 8) & 0xff;
-  if (h0 >> 16) return LCT_ECORRUPT;
+  v.size = end - off;
+  v.ch = reinterpret_cast<const uint32_t *>(blob + off);
+  v.hw = lane < LCT_CODED_CHUNK_HEADER / 4 && 4 * lane + 4 <= v.size ? __ldg(v.ch + lane) : 0;
+  const uint32_t h0 = __shfl_sync(LCT__FULL, v.hw, 0);
+  v.stored = __shfl_sync(LCT__FULL, v.hw, 1);
+  v.mode = h0 & 0xff;
+  v.trim = (h0 >> 8) & 0xff;
+  return h0 >> 16 ? LCT_ECORRUPT : 0;
+}
 
-  if (mode == 0) { /* raw chunk: copy, verify padding and check */
-    const uint32_t nbytes = n * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
-    if (trim || size != LCT_RAW_CHUNK_HEADER + 4ull * rw) return LCT_ECORRUPT;
-    uint32_t chk = 0, bad = 0;
-    for (uint32_t j = lane; j < rw; j += 32) {
-      const uint32_t v = __ldg(ch + 2 + j), b = 4 * j;
-      chk += v * ((mult0 + 2 * j) * LCT__CHECK_MUL);
-      if (b + 4 > nbytes) bad |= v >> (8 * (nbytes - b));
-      lct__store_word<W>(out, b, v, nbytes, T.aligned);
-    }
-    if (__any_sync(LCT__FULL, bad)) return LCT_ECORRUPT;
-    return lct__warp_sum(chk) != stored ? LCT_ECHECKSUM : 0;
+/* A raw chunk, by one warp: copy, verify padding and check. */
+template <int DT> __device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane) {
+  constexpr unsigned W = lct__dt<DT>::W;
+  const uint32_t nbytes = v.n * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
+  if (v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw) return LCT_ECORRUPT;
+  uint32_t chk = 0, bad = 0;
+  for (uint32_t j = lane; j < rw; j += 32) {
+    const uint32_t x = __ldg(v.ch + 2 + j), b = 4 * j;
+    chk += x * ((v.mult0 + 2 * j) * LCT__CHECK_MUL);
+    if (b + 4 > nbytes) bad |= x >> (8 * (nbytes - b));
+    lct__store_word<W>(v.out, b, x, nbytes, aligned);
   }
-  if (mode != 1 || S == 0 || trim > M || size < LCT_CODED_CHUNK_HEADER) return LCT_ECORRUPT;
-  if constexpr (S > 0) {
-    const uint32_t nt = n > lane * LCT_LANE_ELEMS ? min(n - lane * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
-    const uint32_t lb = (__shfl_sync(LCT__FULL, hw, 2 + lane / 2) >> (16 * (lane & 1))) & 0xffff;
-    uint32_t start = lb;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(LCT__FULL, start, o);
-      if ((int)lane >= o) start += y;
-    }
-    const uint32_t total = __shfl_sync(LCT__FULL, start, 31);
-    start -= lb;
-    const uint32_t k = M - trim, mwords = (n * k + 31) / 32, hwords = (total + 31) / 32;
-    if (__any_sync(LCT__FULL, nt == 0 && lb != 0) ||
-        size != LCT_CODED_CHUNK_HEADER + 4ull * mwords + 4ull * hwords)
-      return LCT_ECORRUPT;
-    const uint32_t *mant = ch + LCT_CODED_CHUNK_HEADER / 4, *code_g = mant + mwords;
+  if (__any_sync(LCT__FULL, bad)) return LCT_ECORRUPT;
+  return lct__warp_sum(chk) != v.stored ? LCT_ECHECKSUM : 0;
+}
 
-    /* Lane t's code stream starts at reader bit bit0; the ring starts full. */
-    const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)code_g & ~(uintptr_t)15);
-    const uint32_t phase = (uint32_t)(code_g - cbase), cend = phase + hwords, bit0 = 32 * phase + start;
-    uint32_t *const ring = sm.code[lane];
-    uint32_t gfill = lct__code_topup<DT>(ring, cbase, cend, bit0 >> 7, bit0 >> 5);
-    const lct__mant_walk walk = lct__mant_walk_of(k, lane);
-    lct__fetch_mant<DT>(sm.mant[0], mant, mwords, k, 0, walk);
+/* The layout of a coded chunk, as lane `lane` sees it. */
+struct lct__coded_view {
+  uint32_t nt;           /* the lane's elements */
+  uint32_t lb;           /* its lane_bits */
+  uint32_t start;        /* its stream's first bit in the code section */
+  uint32_t total;        /* the code section's bits */
+  uint32_t k;            /* kept mantissa bits per element */
+  uint32_t mwords, hwords;
+  const uint32_t *mant, *code;
+};
+
+/* Validates a coded chunk's header against its size. */
+template <int DT>
+__device__ static int lct__coded_open(const lct__chunk_view &v, unsigned lane, lct__coded_view &cv) {
+  constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
+  if (v.mode != 1 || S == 0 || v.trim > M || v.size < LCT_CODED_CHUNK_HEADER) return LCT_ECORRUPT;
+  cv.nt = v.n > lane * LCT_LANE_ELEMS ? min(v.n - lane * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
+  cv.lb = (__shfl_sync(LCT__FULL, v.hw, 2 + lane / 2) >> (16 * (lane & 1))) & 0xffff;
+  uint32_t start = cv.lb;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(LCT__FULL, start, o);
+    if ((int)lane >= o) start += y;
+  }
+  cv.total = __shfl_sync(LCT__FULL, start, 31);
+  cv.start = start - cv.lb;
+  cv.k = M - v.trim;
+  cv.mwords = (v.n * cv.k + 31) / 32;
+  cv.hwords = (cv.total + 31) / 32;
+  if (__any_sync(LCT__FULL, cv.nt == 0 && cv.lb != 0) ||
+      v.size != LCT_CODED_CHUNK_HEADER + 4ull * cv.mwords + 4ull * cv.hwords)
+    return LCT_ECORRUPT;
+  cv.mant = v.ch + LCT_CODED_CHUNK_HEADER / 4;
+  cv.code = cv.mant + cv.mwords;
+  return 0;
+}
+
+/* Rounds of 32 elements per lane in a chunk of n elements. */
+__device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32; }
+
+/* The reader warp of a coded chunk: lane t follows lane t's code stream and
+ * hands each round's symbols over in sm.syms, then its verdict (an invalid
+ * code, a stream not consuming exactly lane_bits, nonzero code padding) in
+ * sm.codes_bad. */
+template <int DT>
+__device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
+                                       const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
+                                       unsigned bar) {
+  using C = lct__dec_cfg<DT>;
+  /* Lane t's code stream starts at reader bit bit0; the ring starts full. */
+  const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
+  const uint32_t phase = (uint32_t)(cv.code - cbase), cend = phase + cv.hwords, bit0 = 32 * phase + cv.start;
+  uint32_t *const ring = sm.code[lane];
+  uint32_t gfill = lct__code_topup<DT>(ring, cbase, cend, bit0 >> 7, bit0 >> 5);
+  lct__cp_commit();
+  lct__cp_wait<0>();
+  __syncwarp();
+  uint32_t gdone = gfill; /* granules below gdone have landed */
+
+  lct__code_reader r;
+  const uint32_t w0 = bit0 >> 5;
+  r.lo = ring[w0 & (C::RW - 1)];
+  r.hi = ring[(w0 + 1) & (C::RW - 1)];
+  r.wa = w0 + 2;
+  r.nw = ring[r.wa & (C::RW - 1)];
+  r.pos = bit0 & 31;
+  r.win = __funnelshift_r(r.lo, r.hi, r.pos);
+  r.used = 0;
+  r.bad = 0;
+
+  const uint32_t rounds = lct__rounds(v.n);
+  for (uint32_t rd = 0; rd < rounds; rd++) {
+    /* In flight while this round decodes: the granules that refill the ring. */
+    gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
     lct__cp_commit();
-    lct__cp_wait<0>();
-    __syncwarp();
-    uint32_t gdone = gfill; /* granules below gdone have landed */
-
-    lct__code_reader r;
-    const uint32_t w0 = bit0 >> 5;
-    r.lo = ring[w0 & (C::RW - 1)];
-    r.hi = ring[(w0 + 1) & (C::RW - 1)];
-    r.wa = w0 + 2;
-    r.nw = ring[r.wa & (C::RW - 1)];
-    r.pos = bit0 & 31;
-    r.win = __funnelshift_r(r.lo, r.hi, r.pos);
-    r.used = 0;
-    r.bad = 0;
-
-    const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
-    const uint32_t slot0 = lct__stage_slot(lane, 0); /* lct__stage_slot(lane, h) == slot0 ^ h */
-    const uint32_t rounds = (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32;
-    uint32_t chk = 0, mw = (mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
-    for (uint32_t rd = 0; rd < rounds; rd++) {
-      /* In flight while this round decodes: the next round's rows and the
-       * granules that refill the ring. */
-      if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], mant, mwords, k, rd + 1, walk);
-      gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
-      lct__cp_commit();
-
-      const uint32_t *row = sm.mant[rd & 1][lane];
-      const uint32_t jn = nt > 32 * rd ? min(nt - 32 * rd, 32u) : 0;
-      const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
-      /* The round's whole store groups, by take_pair (EXACT false: returns
-       * the OR of the entries it read) or by take_symbol. */
-      auto whole_groups = [&](auto exact) -> uint32_t {
-        constexpr bool EXACT = decltype(exact)::value;
-        uint32_t seen = 0;
-        /* Without ESC a symbol takes at most 12 bits: the round's codes at most 12 words. */
-        if constexpr (!EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 12);
-        for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
-#pragma unroll 1
-          for (uint32_t h = 0; h < 2 && j + h * G + G <= jn; h++) {
-            /* G symbols take at most G words: one, ESC and raw symbol included, is under 32 bits. */
-            if constexpr (EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, G);
-            uint32_t x[G], w[4];
-#pragma unroll
-            for (unsigned g = 0; g < G; g += 2) {
-              if constexpr (EXACT) {
-                x[g] = lct__take_symbol<DT>(r, tab, ring);
-                x[g + 1] = lct__take_symbol<DT>(r, tab, ring);
-              } else {
-                seen |= lct__take_pair<DT>(r, tab, x[g], x[g + 1]);
-              }
-              lct__commit<DT>(r, ring);
-            }
-            /* Mantissas: E at a time, from a 32-bit window of the row's bits. */
-            const uint32_t b0 = (j + h * G) * k;
-#pragma unroll
-            for (unsigned i = 0; i < G; i += E) {
-              const uint32_t b = b0 + i * k;
-              uint32_t mv = lct__mant_window<DT>(row, b, trim);
-#pragma unroll
-              for (unsigned g = 0; g < E; g++) {
-                x[i + g] |= mv & kmask;
-                mv >>= k;
-              }
-            }
-#pragma unroll
-            for (unsigned i = 0; i < 4; i++) {
-              if (W == 4) {
-                w[i] = x[i];
-              } else if (W == 2) {
-                w[i] = __byte_perm(x[2 * i], x[2 * i + 1], 0x5410); /* the low halves */
-              } else {
-                w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
-              }
-              chk += w[i] * mw;
-              mw += 2 * LCT__CHECK_MUL;
-            }
-            if (T.aligned) {
-              sm.stage[slot0 ^ h] = make_uint4(w[0], w[1], w[2], w[3]);
-            } else {
-              const uint32_t e = e0 + 32 * rd + j + h * G;
-#pragma unroll
-              for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
-            }
-          }
-          if (T.aligned) {
-            __syncwarp();
-            lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
-            __syncwarp();
-          }
+    uint32_t *const out = &sm.syms[rd & 1][0][lane];
+    const uint32_t jn = cv.nt > 32 * rd ? min(cv.nt - 32 * rd, 32u) : 0;
+    /* The round's pairs of symbols, by take_pair (EXACT false: returns the
+     * OR of the entries it read) or by take_symbol. */
+    auto pairs = [&](auto exact) -> uint32_t {
+      constexpr bool EXACT = decltype(exact)::value;
+      uint32_t seen = 0;
+      auto pair = [&](uint32_t p) {
+        if constexpr (EXACT) {
+          /* Two symbols take at most two words: one, ESC and raw symbol included, is under 32 bits. */
+          lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 2);
+          const uint32_t s0 = lct__take_symbol<DT>(r, tab, ring);
+          out[32 * p] = s0 | lct__take_symbol<DT>(r, tab, ring) << 16;
+        } else {
+          seen |= lct__take_pair<DT>(r, tab, &out[32 * p]);
         }
-        return seen;
+        lct__commit<DT>(r, ring);
       };
-      /* Most rounds hold no ESC and no invalid code: decoded without a branch
-       * per symbol. A round where any lane met one is decoded again, by the
-       * whole warp, from the state saved here (the first pass refills no
-       * ring slot: its one top-up comes before its first symbol). */
-      sm.saved[0][lane] = make_uint4(r.lo, r.hi, r.nw, r.pos);
-      sm.saved[1][lane] = make_uint4(r.wa, chk, mw, 0);
-      if (__any_sync(LCT__FULL, whole_groups(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
-        const uint4 a = sm.saved[0][lane], b = sm.saved[1][lane];
-        r.lo = a.x, r.hi = a.y, r.nw = a.z, r.pos = a.w, r.wa = b.x, chk = b.y, mw = b.z;
-        r.win = __funnelshift_r(r.lo, r.hi, r.pos);
-        r.used = 0;
-        whole_groups(lct__bool<true>());
+      /* Without ESC a symbol takes at most 12 bits: the round's codes at most 12 words. */
+      if constexpr (!EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 12);
+      if (__all_sync(LCT__FULL, jn == 32)) {
+#pragma unroll
+        for (uint32_t p = 0; p < 16; p++) pair(p);
+      } else {
+#pragma unroll 1
+        for (uint32_t p = 0; 2 * p + 2 <= jn; p++) pair(p);
       }
-      if (jn % G) { /* the tail of a partial lane, by the exact reader */
-        lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, G);
-        for (uint32_t j = jn - jn % G; j < jn; j++) {
-          const uint32_t b = j * k, e = e0 + 32 * rd + j;
-          const uint32_t m = lct__mant_window<DT>(row, b, trim) & kmask;
-          const uint32_t x = lct__take_symbol<DT>(r, tab, ring) | m;
-          lct__commit<DT>(r, ring);
-          chk += (x << (8 * ((e * W) & 3))) * ((mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
-          lct__store_elem<W>(out, e, x);
+      return seen;
+    };
+    /* Most rounds hold no ESC and no invalid code: decoded without a branch
+     * per symbol. A round where any lane met one is decoded again, by the
+     * whole warp, from the state saved here (the first pass refills no
+     * ring slot: its one top-up comes before its first symbol). */
+    const lct__code_reader saved = r;
+    if (__any_sync(LCT__FULL, pairs(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
+      r = saved;
+      pairs(lct__bool<true>());
+    }
+    if (jn & 1) { /* a partial lane's odd last symbol, by the exact reader */
+      lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 1);
+      out[32 * (jn >> 1)] = lct__take_symbol<DT>(r, tab, ring);
+      lct__commit<DT>(r, ring);
+    }
+    lct__cp_wait<0>();
+    __syncwarp(); /* every lane is done with the ring words this round read */
+    gdone = gfill;
+    lct__pair_sync(bar); /* hand the round over */
+  }
+  /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
+  uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - bit0 != cv.lb;
+  if (lane == 0 && (cv.total & 31)) bad |= __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31);
+  bad = __any_sync(LCT__FULL, bad);
+  if (lane == 0) sm.codes_bad = bad;
+  lct__pair_sync(bar);
+}
+
+/* The assembler warp of a coded chunk: lane t rebuilds elements [512 t, 512 t
+ * + 512) from the symbols the reader hands over and the mantissa section,
+ * and stores them. Returns (warp-uniformly) 0, LCT_ECORRUPT (the reader's
+ * verdict included) or LCT_ECHECKSUM. */
+template <int DT>
+__device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk_view &v, const lct__coded_view &cv,
+                                    bool aligned, unsigned lane, unsigned bar) {
+  using C = lct__dec_cfg<DT>;
+  using TAB = lct__dec_tab<DT>;
+  constexpr unsigned W = C::W, G = C::G, E = C::E;
+  const uint32_t n = v.n, k = cv.k, trim = v.trim;
+  uint8_t *const out = v.out;
+  const lct__mant_walk walk = lct__mant_walk_of(k, lane);
+  lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, 0, walk);
+  lct__cp_commit();
+  lct__cp_wait<0>();
+  __syncwarp();
+
+  const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+  const uint32_t slot0 = lct__stage_slot(lane, 0); /* lct__stage_slot(lane, h) == slot0 ^ h */
+  const uint32_t rounds = lct__rounds(n);
+  uint32_t chk = 0, mw = (v.mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
+  for (uint32_t rd = 0; rd < rounds; rd++) {
+    /* In flight while this round is assembled: the next round's rows. */
+    if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], cv.mant, cv.mwords, k, rd + 1, walk);
+    lct__cp_commit();
+    lct__pair_sync(bar); /* the reader has handed this round over */
+    const uint32_t *const syms = &sm.syms[rd & 1][0][lane];
+    const uint32_t *row = sm.mant[rd & 1][lane];
+    const uint32_t jn = cv.nt > 32 * rd ? min(cv.nt - 32 * rd, 32u) : 0;
+    const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
+    for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
+#pragma unroll
+      for (uint32_t h = 0; h < 2; h++) {
+        if (j + h * G + G > jn) continue;
+        uint32_t x[G], w[4];
+#pragma unroll
+        for (unsigned g = 0; g < G; g += 2) {
+          const uint32_t pair = syms[32 * ((j + h * G + g) >> 1)];
+          x[g] = TAB::sym_bits(pair);
+          x[g + 1] = TAB::sym_bits(pair >> 16);
+        }
+        /* Mantissas: E at a time, from a 32-bit window of the row's bits. */
+        const uint32_t b0 = (j + h * G) * k;
+#pragma unroll
+        for (unsigned i = 0; i < G; i += E) {
+          uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);
+#pragma unroll
+          for (unsigned g = 0; g < E; g++) {
+            x[i + g] |= mv & kmask;
+            mv >>= k;
+          }
+        }
+#pragma unroll
+        for (unsigned i = 0; i < 4; i++) {
+          if (W == 4) {
+            w[i] = x[i];
+          } else if (W == 2) {
+            w[i] = __byte_perm(x[2 * i], x[2 * i + 1], 0x5410); /* the low halves */
+          } else {
+            w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
+          }
+          chk += w[i] * mw;
+          mw += 2 * LCT__CHECK_MUL;
+        }
+        if (aligned) {
+          sm.stage[slot0 ^ h] = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+          const uint32_t e = e0 + 32 * rd + j + h * G;
+#pragma unroll
+          for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
         }
       }
-      lct__cp_wait<0>();
-      __syncwarp(); /* the next rows have landed; every lane is done with this round's */
-      gdone = gfill;
+      if (aligned) {
+        __syncwarp();
+        lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
+        __syncwarp();
+      }
     }
-    /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
-    uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - bit0 != lb;
-    if (lane == 0) {
-      const uint32_t used = n * k;
-      if (used & 31) bad |= __ldg(mant + mwords - 1) >> (used & 31);
-      if (total & 31) bad |= __ldg(code_g + hwords - 1) >> (total & 31);
+    for (uint32_t j = jn - jn % G; j < jn; j++) { /* the tail of a partial lane */
+      const uint32_t e = e0 + 32 * rd + j;
+      const uint32_t m = lct__mant_window<DT>(row, j * k, trim) & kmask;
+      const uint32_t x = TAB::sym_bits(syms[32 * (j >> 1)] >> (16 * (j & 1))) | m;
+      chk += (x << (8 * ((e * W) & 3))) * ((v.mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
+      lct__store_elem<W>(out, e, x);
     }
-    chk = lct__warp_sum(chk);
-    if (__any_sync(LCT__FULL, bad)) return LCT_ECORRUPT;
-    return chk != stored ? LCT_ECHECKSUM : 0;
+    lct__cp_wait<0>();
+    __syncwarp(); /* the next rows have landed; every lane is done with this round's */
+  }
+  uint32_t bad = 0;
+  if (lane == 0 && ((n * k) & 31)) bad = __ldg(cv.mant + cv.mwords - 1) >> ((n * k) & 31);
+  chk = lct__warp_sum(chk);
+  lct__pair_sync(bar); /* the reader's verdict */
+  if (__any_sync(LCT__FULL, bad) || sm.codes_bad) return LCT_ECORRUPT;
+  return chk != v.stored ? LCT_ECHECKSUM : 0;
+}
+
+/* The warp pair of chunk c: both validate its place and header alike; the
+ * assembler copies a raw chunk alone, and of a coded one the reader reads the
+ * codes while the assembler rebuilds the elements. Returns (warp-uniformly)
+ * the chunk's status to the assembler; the reader's is 0. */
+template <int DT>
+__device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
+                                             lct__dec_pair_smem<DT> &sm, uint32_t c, uint32_t n_chunks,
+                                             unsigned lane, bool assembler, unsigned bar) {
+  lct__chunk_view v;
+  int err = lct__chunk_open<DT>(T, c, n_chunks, lane, v);
+  if (err) return err;
+  if (v.mode == 0) return assembler ? lct__raw_chunk<DT>(v, T.aligned, lane) : 0;
+  if constexpr (lct__dt<DT>::S > 0) {
+    lct__coded_view cv;
+    if ((err = lct__coded_open<DT>(v, lane, cv)) != 0) return err;
+    if (!assembler) {
+      lct__read_codes<DT>(tab, sm, v, cv, lane, bar);
+      return 0;
+    }
+    return lct__assemble<DT>(sm, v, cv, T.aligned, lane, bar);
   }
   return LCT_ECORRUPT;
 }
 
-/* A warp per chunk, LCT__DEC_WARPS chunks of one blob per block. */
+/* A warp pair per chunk (even warps read codes, odd ones assemble),
+ * LCT__DEC_PAIRS chunks of one blob per block. */
 template <int DT>
-__global__ void __launch_bounds__(LCT__DEC_WARPS * 32, lct__dec_blocks_per_sm<DT>())
+__global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params p) {
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
   using Ent = typename lct__dec_tab<DT>::Ent;
   __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
+  __shared__ int s_known;
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp >> 1;
+  const bool assembler = warp & 1;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_WARPS + warp;
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_PAIRS + pair;
   int *const wst = p.ws_status + T.slot;
   if constexpr (lct__dt<DT>::S > 0) {
     const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
-    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_WARPS * 32)
+    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_PAIRS * 64)
       reinterpret_cast<uint4 *>(s_tab)[i] = __ldg(tab_g + i);
-    __syncthreads();
   }
+  /* Skip the work once the blob is known corrupt (read once: both warps of a pair must agree). */
+  if (threadIdx.x == 0) s_known = *(volatile int *)wst;
+  __syncthreads();
   if (c >= n_chunks) return;
-  /* Skip the work once the blob is known corrupt (read once: the warp must agree). */
-  const int known = __shfl_sync(LCT__FULL, lane == 0 ? *(volatile int *)wst : 0, 0);
-  const int err = known == 0 ? lct__decode_chunk_warp<DT>(T, s_tab, sm.warp[warp], c, n_chunks, lane) : 0;
-  if (lane == 0) {
+  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], c, n_chunks, lane, assembler,
+                                                            1 + pair)
+                               : 0;
+  if (assembler && lane == 0) {
     if (err) atomicCAS(wst, 0, err);
     __threadfence();
     if (atomicAdd(p.ws_done + T.slot, 1u) == n_chunks - 1) {

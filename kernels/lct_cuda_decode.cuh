@@ -183,12 +183,15 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
       if (s_len[i]) s_sorted[s_offset[s_len[i]] + s_rank[i]] = (uint16_t)i;
     }
     __syncthreads();
-    /* Entry idx holds the next 12 stream bits (LSB-first): the code read MSB
-     * first is their bit reversal. */
+    /* Entry idx is the next 12 stream bits, the first as its most significant
+     * bit: the code read MSB first. A code's entries are then consecutive, so
+     * lanes decoding the same code look up words spread by the bits after it
+     * (with the first stream bit as the least significant bit, every lane
+     * decoding a code of 6 bits or more would hit one bank). */
     using TAB = lct__dec_tab<DT>;
     auto *tab = reinterpret_cast<typename TAB::Ent *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
     for (unsigned idx = tid; idx < LCT__TABLE_ENTRIES; idx += LCT__HDR_THREADS) {
-      const unsigned v = __brev(idx) >> (32 - CL);
+      const unsigned v = idx;
       typename TAB::Ent entry = (typename TAB::Ent)TAB::RARE; /* an invalid code: length 0 */
       for (unsigned l = 1; l <= CL; l++) {
         const unsigned d = (v >> (CL - l)) - s_first[l];
@@ -309,9 +312,10 @@ __device__ static inline void lct__pair_sync(unsigned id) { asm volatile("bar.sy
  * code section's start rounded down to 16 bytes; the ring holds words in
  * 16-byte granules, granule g in slot g % RG. The reader stands at stream bit
  * 32 (wa - 2) + pos, pos < 32: lo and hi are words wa - 2 and wa - 1, nw is
- * word wa, read from the ring one advance ahead. win is the 32 stream bits
- * from there on (one funnel shift, no 64-bit shifts), with the used bits taken
- * since shifted out. bad: an invalid code was read. */
+ * word wa, read from the ring one advance ahead, each bit-reversed. win is
+ * the 32 stream bits from there on, the first as its most significant bit
+ * (one funnel shift, no 64-bit shifts), with the used bits taken since
+ * shifted out. bad: an invalid code was read. */
 struct lct__code_reader {
   uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
@@ -326,8 +330,8 @@ template <int DT> __device__ static inline void lct__commit(lct__code_reader &r,
   r.hi = adv ? r.nw : r.hi;
   r.pos &= 31;
   r.wa += adv;
-  if (adv) r.nw = ring[r.wa & (lct__dec_cfg<DT>::RW - 1)];
-  r.win = __funnelshift_r(r.lo, r.hi, r.pos);
+  if (adv) r.nw = __brev(ring[r.wa & (lct__dec_cfg<DT>::RW - 1)]);
+  r.win = __funnelshift_l(r.hi, r.lo, r.pos);
   r.used = 0;
 }
 
@@ -343,15 +347,15 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
   using TAB = lct__dec_tab<DT>;
   static_assert(2 * LCT_MAX_CODE_LEN <= 32, "a window holds the two codes of a pair");
   static_assert(LCT_MAX_CODE_LEN + TAB::S <= 32, "a window holds an ESC code and its raw symbol");
-  const uint32_t ent = (uint32_t)tab[r.win & (LCT__TABLE_ENTRIES - 1)], l = ent & 15;
+  const uint32_t ent = (uint32_t)tab[r.win >> (32 - LCT_MAX_CODE_LEN)], l = ent & 15;
   if (__builtin_expect(!(ent & TAB::RARE), 1)) {
-    r.win >>= l;
+    r.win <<= l;
     r.used += l;
     return ent & TAB::SYMS;
   }
   r.bad |= l == 0;
   lct__commit<DT>(r, ring);
-  const uint32_t sym = (r.win >> l) & TAB::SMASK;
+  const uint32_t sym = __brev(r.win << l) & TAB::SMASK; /* written LSB-first */
   r.used = l + TAB::S;
   lct__commit<DT>(r, ring);
   return sym << TAB::SH;
@@ -360,18 +364,17 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
 /* Takes two symbols from a fresh window as if neither were ESC or invalid,
  * without a branch: *pair gets their two entries (the first in the low half),
  * and the return value is the OR of both (RARE set: the round is decoded
- * again by lct__take_symbol). The window is shifted to byte offsets once (it
- * loses its top bit; the pair reads at most 24), so that each lookup is one
- * AND from its shared load. */
+ * again by lct__take_symbol). Each lookup's byte offset is the window's top
+ * 13 bits with the lowest cleared. */
 template <int DT>
 __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
                                                  uint32_t *pair) {
   using TAB = lct__dec_tab<DT>;
   using Ent = typename TAB::Ent;
   const char *base = reinterpret_cast<const char *>(tab);
-  const uint32_t wb = r.win << TAB::LOG;
-  const uint32_t e0 = *reinterpret_cast<const Ent *>(base + (wb & TAB::OFFSETS)), l0 = e0 & 15;
-  const uint32_t e1 = *reinterpret_cast<const Ent *>(base + ((wb >> l0) & TAB::OFFSETS));
+  constexpr unsigned SHR = 32 - LCT_MAX_CODE_LEN - TAB::LOG;
+  const uint32_t e0 = *reinterpret_cast<const Ent *>(base + ((r.win >> SHR) & TAB::OFFSETS)), l0 = e0 & 15;
+  const uint32_t e1 = *reinterpret_cast<const Ent *>(base + (((r.win << l0) >> SHR) & TAB::OFFSETS));
   r.used = l0 + (e1 & 15);
   *pair = __byte_perm(e0, e1, 0x5410);
   return e0 | e1;
@@ -605,12 +608,12 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
 
   lct__code_reader r;
   const uint32_t w0 = bit0 >> 5;
-  r.lo = ring[w0 & (C::RW - 1)];
-  r.hi = ring[(w0 + 1) & (C::RW - 1)];
+  r.lo = __brev(ring[w0 & (C::RW - 1)]);
+  r.hi = __brev(ring[(w0 + 1) & (C::RW - 1)]);
   r.wa = w0 + 2;
-  r.nw = ring[r.wa & (C::RW - 1)];
+  r.nw = __brev(ring[r.wa & (C::RW - 1)]);
   r.pos = bit0 & 31;
-  r.win = __funnelshift_r(r.lo, r.hi, r.pos);
+  r.win = __funnelshift_l(r.hi, r.lo, r.pos);
   r.used = 0;
   r.bad = 0;
 

@@ -304,8 +304,9 @@ template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
 }
 
 /* The pair's named barrier (1 + the pair's index; 0 is __syncthreads'): the
- * reader arrives once it has handed a round over, the assembler before it
- * takes it, so the reader fills one half of syms while the other is read. */
+ * reader waits on it once it has handed a round over, the assembler before
+ * it takes one, so the reader fills one half of syms while the assembler
+ * reads the other. */
 __device__ static inline void lct__pair_sync(unsigned id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
 
 /* A lane's code stream reader. Reader word v is cbase[v], cbase being the

@@ -30,7 +30,8 @@ struct lct__dec_params {
 
 #define LCT__TABLE_BYTES (LCT__TABLE_ENTRIES * 2) /* workspace per slot */
 
-/* Decode table of a dtype, indexed by the next 12 stream bits. Entry (16
+/* Decode table of a dtype, indexed by the next 12 stream bits, the first as
+ * the index's most significant bit (the code read MSB first). Entry (16
  * bits): code length in bits 0-3, bit 4 (RARE) set for ESC and for an
  * invalid code (length 0) so that one OR over a round's entries tells whether
  * it met either, and the symbol from bit SH on: SH = M where the symbol fits

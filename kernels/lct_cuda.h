@@ -99,7 +99,8 @@ typedef struct lct_cuda_decode_item {
   const void *blob;      /* device, 8-byte aligned */
   size_t blob_bytes;     /* bytes of the blob (the blob_size recorded at encode) */
   void *dst;             /* device, n_elems * lct_dtype_size(dtype) bytes, aligned to the element size
-                            (16 bytes: vectorized stores) */
+                            (16 bytes: vectorized stores), overlapping no blob of the call (where it
+                            does, the blobs it overlaps may fail; the call still ends) */
   int *status;           /* device or pinned, 4-byte aligned: receives 0, or LCT_ECORRUPT, LCT_EVERSION,
                             LCT_ECHECKSUM for a blob that fails any check of proto/FORMAT.md "Conformance" */
 } lct_cuda_decode_item;

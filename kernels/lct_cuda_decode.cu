@@ -36,7 +36,7 @@ struct decode_launch {
     LCT__LAUNCH_CHECK();
     if (n_blocks) {
       constexpr size_t smem = lct__dec_smem_bytes<DT>();
-      if (smem + lct__dec_table_bytes<DT>() > 48 * 1024) { /* beyond the default limit; shared memory over L1 for residency */
+      if (smem) { /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
         static std::atomic<uint64_t> attrs_set{0};
         int dev;
         LCT__CUDA_TRY(cudaGetDevice(&dev));

@@ -24,7 +24,7 @@ struct lct__dec_params {
   lct__dec_tensor t[LCT__BATCH];
   uint8_t *tables;   /* workspace: a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
   int *ws_status;    /* workspace: status per slot */
-  unsigned *ws_done; /* workspace: finished chunk blocks per slot */
+  unsigned *ws_done; /* workspace: finished chunks per slot */
   uint32_t count;
 };
 
@@ -36,8 +36,9 @@ struct lct__dec_params {
  * invalid code (length 0) so that one OR over a round's entries tells whether
  * it met either, and the symbol from bit SH on: SH = M where the symbol fits
  * above those bits in 16, so that an element is (entry & SYMS) | mantissa
- * bits, else the top of the entry. The code reader hands entries (or, for
- * ESC, the raw symbol at SH) to the assembler as they are. */
+ * bits, else the top of the entry. The code reader hands the assembler
+ * entries, or their symbol fields (for ESC, the raw symbol at SH), which it
+ * masks with SYMS. */
 template <int DT> struct lct__dec_tab {
   static constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
   static constexpr unsigned SH = M >= 5 && S + M <= 16 ? M : 16 - S;
@@ -266,7 +267,6 @@ template <int DT> struct lct__dec_cfg {
   static constexpr unsigned RG = 8;
   static constexpr unsigned RW = 4 * RG;
   static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
-  static_assert(4 * RG >= 2 + 4, "a full ring must hold the words a pair of symbols may read");
   static_assert(4 * RG >= 12 + 4, "a full ring must hold the words a round without ESC may read");
 };
 
@@ -280,8 +280,15 @@ template <int DT> struct lct__dec_pair_smem {
   uint32_t code[32][lct__dec_cfg<DT>::RW];
   uint32_t syms[2][16][32];
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
-  uint32_t codes_bad; /* the reader's verdict on the lanes' streams */
 };
+
+/* What the two warps of a chunk tell each other besides the round buffers. */
+struct lct__pair_talk {
+  uint32_t path; /* the assembler's reading of the chunk, which both follow (LCT__PATH_*) */
+  uint32_t bad;  /* the reader's verdict: its part of the chunk fails a check */
+  uint32_t chk;  /* a raw chunk: the check of the reader's words */
+};
+enum { LCT__PATH_NONE, LCT__PATH_RAW, LCT__PATH_CODED };
 
 template <int DT> struct lct__dec_smem {
   lct__dec_pair_smem<DT> pair[LCT__DEC_PAIRS];
@@ -295,11 +302,11 @@ template <int DT> constexpr size_t lct__dec_table_bytes() {
 }
 
 /* Blocks per SM the register budget is set for: as many as shared memory
- * admits (228 KiB, 1 KiB reserved per block), at most 4 (64 registers), 3
- * for f32 and fp8 (the assembler's wider store groups of fp8, f32's longer
- * mantissa rows). */
+ * admits (228 KiB, 1 KiB reserved per block; 3 for f32's long mantissa
+ * rows), at most 4 (64 registers), 3 for fp8 (80 registers for the
+ * assembler's 16-element store groups). */
 template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
-  constexpr unsigned cap = lct__dt<DT>::W == 2 ? 4 : 3,
+  constexpr unsigned cap = lct__dt<DT>::W == 1 ? 3 : 4,
                      fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + lct__dec_table_bytes<DT>() + 1024);
   return fit < cap ? fit : cap;
 }
@@ -533,20 +540,31 @@ __device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, uint
   return h0 >> 16 ? LCT_ECORRUPT : 0;
 }
 
-/* A raw chunk, by one warp: copy, verify padding and check. */
-template <int DT> __device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane) {
+/* A raw chunk, by both warps (alternate 32-word runs): copy, verify size,
+ * padding and check. valid: this warp read the chunk as the assembler did.
+ * Returns the chunk's status to the assembler, 0 to the reader. */
+template <int DT>
+__device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane, bool assembler,
+                                     bool valid, lct__pair_talk &talk, unsigned bar) {
   constexpr unsigned W = lct__dt<DT>::W;
   const uint32_t nbytes = v.n * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
-  if (v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw) return LCT_ECORRUPT;
-  uint32_t chk = 0, bad = 0;
-  for (uint32_t j = lane; j < rw; j += 32) {
+  uint32_t chk = 0, bad = !valid || v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw;
+  for (uint32_t j = lane + 32 * assembler; !bad && j < rw; j += 64) {
     const uint32_t x = __ldg(v.ch + 2 + j), b = 4 * j;
     chk += x * ((v.mult0 + 2 * j) * LCT__CHECK_MUL);
     if (b + 4 > nbytes) bad |= x >> (8 * (nbytes - b));
     lct__store_word<W>(v.out, b, x, nbytes, aligned);
   }
-  if (__any_sync(LCT__FULL, bad)) return LCT_ECORRUPT;
-  return lct__warp_sum(chk) != v.stored ? LCT_ECHECKSUM : 0;
+  bad = __any_sync(LCT__FULL, bad);
+  chk = lct__warp_sum(chk);
+  if (!assembler && lane == 0) {
+    talk.bad = bad;
+    talk.chk = chk;
+  }
+  lct__pair_sync(bar);
+  if (!assembler) return 0;
+  if (bad || talk.bad) return LCT_ECORRUPT;
+  return chk + talk.chk != v.stored ? LCT_ECHECKSUM : 0;
 }
 
 /* The layout of a coded chunk, as lane `lane` sees it. */
@@ -592,12 +610,21 @@ __device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint
 /* The reader warp of a coded chunk: lane t follows lane t's code stream and
  * hands each round's symbols over in sm.syms, then its verdict (an invalid
  * code, a stream not consuming exactly lane_bits, nonzero code padding) in
- * sm.codes_bad. */
+ * talk.bad. valid: it read the chunk's header as the assembler did; if not
+ * (the blob changed under them), it meets the assembler's barriers without
+ * reading anything and fails the chunk. */
 template <int DT>
 __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
                                        const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
-                                       unsigned bar) {
+                                       bool valid, lct__pair_talk &talk, unsigned bar) {
   using C = lct__dec_cfg<DT>;
+  const uint32_t rounds = lct__rounds(v.n);
+  if (!valid) {
+    for (uint32_t rd = 0; rd < rounds; rd++) lct__pair_sync(bar);
+    if (lane == 0) talk.bad = 1;
+    lct__pair_sync(bar);
+    return;
+  }
   /* Lane t's code stream starts at reader bit bit0; the ring starts full. */
   const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
   const uint32_t phase = (uint32_t)(cv.code - cbase), cend = phase + cv.hwords, bit0 = 32 * phase + cv.start;
@@ -619,7 +646,6 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   r.used = 0;
   r.bad = 0;
 
-  const uint32_t rounds = lct__rounds(v.n);
   for (uint32_t rd = 0; rd < rounds; rd++) {
     /* In flight while this round decodes: the granules that refill the ring. */
     gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
@@ -676,7 +702,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - bit0 != cv.lb;
   if (lane == 0 && (cv.total & 31)) bad |= __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31);
   bad = __any_sync(LCT__FULL, bad);
-  if (lane == 0) sm.codes_bad = bad;
+  if (lane == 0) talk.bad = bad;
   lct__pair_sync(bar);
 }
 
@@ -686,7 +712,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
  * verdict included) or LCT_ECHECKSUM. */
 template <int DT>
 __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk_view &v, const lct__coded_view &cv,
-                                    bool aligned, unsigned lane, unsigned bar) {
+                                    bool aligned, unsigned lane, const lct__pair_talk &talk, unsigned bar) {
   using C = lct__dec_cfg<DT>;
   using TAB = lct__dec_tab<DT>;
   constexpr unsigned W = C::W, G = C::G, E = C::E;
@@ -773,32 +799,40 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   if (lane == 0 && ((n * k) & 31)) bad = __ldg(cv.mant + cv.mwords - 1) >> ((n * k) & 31);
   chk = lct__warp_sum(chk);
   lct__pair_sync(bar); /* the reader's verdict */
-  if (__any_sync(LCT__FULL, bad) || sm.codes_bad) return LCT_ECORRUPT;
+  if (__any_sync(LCT__FULL, bad) || talk.bad) return LCT_ECORRUPT;
   return chk != v.stored ? LCT_ECHECKSUM : 0;
 }
 
-/* The warp pair of chunk c: both validate its place and header alike; the
- * assembler copies a raw chunk alone, and of a coded one the reader reads the
- * codes while the assembler rebuilds the elements. Returns (warp-uniformly)
- * the chunk's status to the assembler; the reader's is 0. */
+/* The warp pair of chunk c: both read its place and header, and both take
+ * the path the assembler's reading chose, so that each meets the other's
+ * barriers even if the blob changes under them (a dst overlapping a blob of
+ * the launch: the chunk then fails). Both copy a raw chunk; of a coded one
+ * the reader reads the codes while the assembler rebuilds the elements.
+ * Returns (warp-uniformly) the chunk's status to the assembler, 0 to the
+ * reader. */
 template <int DT>
 __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
-                                             lct__dec_pair_smem<DT> &sm, uint32_t c, uint32_t n_chunks,
-                                             unsigned lane, bool assembler, unsigned bar) {
+                                             lct__dec_pair_smem<DT> &sm, lct__pair_talk &talk, uint32_t c,
+                                             uint32_t n_chunks, unsigned lane, bool assembler, unsigned bar) {
   lct__chunk_view v;
+  lct__coded_view cv;
   int err = lct__chunk_open<DT>(T, c, n_chunks, lane, v);
-  if (err) return err;
-  if (v.mode == 0) return assembler ? lct__raw_chunk<DT>(v, T.aligned, lane) : 0;
+  if (!err && v.mode != 0) err = lct__coded_open<DT>(v, lane, cv);
+  const uint32_t mine = err ? LCT__PATH_NONE : v.mode == 0 ? LCT__PATH_RAW : LCT__PATH_CODED;
+  if (assembler && lane == 0) talk.path = mine;
+  lct__pair_sync(bar);
+  const uint32_t path = talk.path;
+  if (path == LCT__PATH_RAW) return lct__raw_chunk<DT>(v, T.aligned, lane, assembler, mine == path, talk, bar);
   if constexpr (lct__dt<DT>::S > 0) {
-    lct__coded_view cv;
-    if ((err = lct__coded_open<DT>(v, lane, cv)) != 0) return err;
-    if (!assembler) {
-      lct__read_codes<DT>(tab, sm, v, cv, lane, bar);
-      return 0;
+    if (path == LCT__PATH_CODED) {
+      if (!assembler) {
+        lct__read_codes<DT>(tab, sm, v, cv, lane, mine == path, talk, bar);
+        return 0;
+      }
+      return lct__assemble<DT>(sm, v, cv, T.aligned, lane, talk, bar);
     }
-    return lct__assemble<DT>(sm, v, cv, T.aligned, lane, bar);
   }
-  return LCT_ECORRUPT;
+  return assembler ? err : 0;
 }
 
 /* A warp pair per chunk (even warps read codes, odd ones assemble),
@@ -810,6 +844,7 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   using Ent = typename lct__dec_tab<DT>::Ent;
   __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
   __shared__ int s_known;
+  __shared__ lct__pair_talk s_talk[LCT__DEC_PAIRS];
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp >> 1;
   const bool assembler = warp & 1;
@@ -825,8 +860,8 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   if (threadIdx.x == 0) s_known = *(volatile int *)wst;
   __syncthreads();
   if (c >= n_chunks) return;
-  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], c, n_chunks, lane, assembler,
-                                                            1 + pair)
+  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], s_talk[pair], c, n_chunks,
+                                                            lane, assembler, 1 + pair)
                                : 0;
   if (assembler && lane == 0) {
     if (err) atomicCAS(wst, 0, err);

@@ -282,13 +282,17 @@ template <int DT> struct lct__dec_pair_smem {
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
 };
 
-/* What the two warps of a chunk tell each other besides the round buffers. */
+/* What the two warps of a chunk tell each other besides the round buffers:
+ * the assembler's one reading of the chunk's place and header, from which
+ * both derive the same view (so that both take one path and meet each
+ * other's barriers, even if the blob changed in between), and the reader's
+ * verdict. */
 struct lct__pair_talk {
-  uint32_t path; /* the assembler's reading of the chunk, which both follow (LCT__PATH_*) */
-  uint32_t bad;  /* the reader's verdict: its part of the chunk fails a check */
-  uint32_t chk;  /* a raw chunk: the check of the reader's words */
+  uint64_t off, end;                      /* the chunk's bytes in the blob (off > end: no valid place) */
+  uint32_t hw[LCT_CODED_CHUNK_HEADER / 4]; /* its header words (zero past the chunk) */
+  uint32_t bad;                           /* the reader's verdict: its part of the chunk fails a check */
+  uint32_t chk;                           /* a raw chunk: the check of the reader's words */
 };
-enum { LCT__PATH_NONE, LCT__PATH_RAW, LCT__PATH_CODED };
 
 template <int DT> struct lct__dec_smem {
   lct__dec_pair_smem<DT> pair[LCT__DEC_PAIRS];
@@ -507,48 +511,61 @@ struct lct__chunk_view {
   uint32_t mult0;     /* lct__mult(base + g) = (mult0 + 2g) * LCT__CHECK_MUL */
 };
 
-/* Validates chunk c's place in the chunk table and its first header word. */
+/* The assembler: reads chunk c's place in the chunk table and, where it is
+ * valid, its header words into talk, for both warps. */
 template <int DT>
-__device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
-                                      lct__chunk_view &v) {
+__device__ static void lct__chunk_read(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
+                                       lct__pair_talk &talk) {
   using L = lct__layout_of<DT>;
-  constexpr unsigned W = lct__dt<DT>::W;
-  const uint8_t *blob = T.blob;
-  const uint64_t len = T.blob_bytes, first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
-  v.n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
-  v.out = T.dst + first_elem * W;
-  v.mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
-
+  const uint64_t len = T.blob_bytes;
   uint64_t off = 0, end = 0;
   if (lane == 0) {
-    const uint64_t *table = reinterpret_cast<const uint64_t *>(blob + L::TABLE);
+    const uint64_t *table = reinterpret_cast<const uint64_t *>(T.blob + L::TABLE);
     off = table[c];
     end = c + 1 < n_chunks ? table[c + 1] : len;
   }
   off = __shfl_sync(LCT__FULL, off, 0);
   end = __shfl_sync(LCT__FULL, end, 0);
-  if ((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off || end > len ||
-      end - off < LCT_RAW_CHUNK_HEADER)
-    return LCT_ECORRUPT;
-  v.size = end - off;
-  v.ch = reinterpret_cast<const uint32_t *>(blob + off);
-  v.hw = lane < LCT_CODED_CHUNK_HEADER / 4 && 4 * lane + 4 <= v.size ? __ldg(v.ch + lane) : 0;
-  const uint32_t h0 = __shfl_sync(LCT__FULL, v.hw, 0);
-  v.stored = __shfl_sync(LCT__FULL, v.hw, 1);
+  const bool valid = !((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off || end > len ||
+                       end - off < LCT_RAW_CHUNK_HEADER);
+  if (lane < LCT_CODED_CHUNK_HEADER / 4)
+    talk.hw[lane] = valid && 4 * lane + 4 <= end - off ? __ldg(reinterpret_cast<const uint32_t *>(T.blob + off) + lane) : 0;
+  if (lane == 0) {
+    talk.off = valid ? off : 1;
+    talk.end = valid ? end : 0;
+  }
+}
+
+/* Chunk c's view from what the assembler read (talk), alike in both warps:
+ * 0, or LCT_ECORRUPT for an invalid place or first header word. */
+template <int DT>
+__device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, unsigned lane, const lct__pair_talk &talk,
+                                      lct__chunk_view &v) {
+  constexpr unsigned W = lct__dt<DT>::W;
+  const uint64_t first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
+  v.n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
+  v.out = T.dst + first_elem * W;
+  v.mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
+  if (talk.off > talk.end) return LCT_ECORRUPT;
+  v.size = talk.end - talk.off;
+  v.ch = reinterpret_cast<const uint32_t *>(T.blob + talk.off);
+  v.hw = lane < LCT_CODED_CHUNK_HEADER / 4 ? talk.hw[lane] : 0;
+  const uint32_t h0 = talk.hw[0];
+  v.stored = talk.hw[1];
   v.mode = h0 & 0xff;
   v.trim = (h0 >> 8) & 0xff;
   return h0 >> 16 ? LCT_ECORRUPT : 0;
 }
 
 /* A raw chunk, by both warps (alternate 32-word runs): copy, verify size,
- * padding and check. valid: this warp read the chunk as the assembler did.
- * Returns the chunk's status to the assembler, 0 to the reader. */
+ * padding and check. Returns the chunk's status to the assembler, 0 to the
+ * reader. */
 template <int DT>
 __device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane, bool assembler,
-                                     bool valid, lct__pair_talk &talk, unsigned bar) {
+                                     lct__pair_talk &talk, unsigned bar) {
   constexpr unsigned W = lct__dt<DT>::W;
   const uint32_t nbytes = v.n * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
-  uint32_t chk = 0, bad = !valid || v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw;
+  uint32_t chk = 0, bad = v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw;
   for (uint32_t j = lane + 32 * assembler; !bad && j < rw; j += 64) {
     const uint32_t x = __ldg(v.ch + 2 + j), b = 4 * j;
     chk += x * ((v.mult0 + 2 * j) * LCT__CHECK_MUL);
@@ -610,21 +627,13 @@ __device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint
 /* The reader warp of a coded chunk: lane t follows lane t's code stream and
  * hands each round's symbols over in sm.syms, then its verdict (an invalid
  * code, a stream not consuming exactly lane_bits, nonzero code padding) in
- * talk.bad. valid: it read the chunk's header as the assembler did; if not
- * (the blob changed under them), it meets the assembler's barriers without
- * reading anything and fails the chunk. */
+ * talk.bad. */
 template <int DT>
 __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
                                        const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
-                                       bool valid, lct__pair_talk &talk, unsigned bar) {
+                                       lct__pair_talk &talk, unsigned bar) {
   using C = lct__dec_cfg<DT>;
   const uint32_t rounds = lct__rounds(v.n);
-  if (!valid) {
-    for (uint32_t rd = 0; rd < rounds; rd++) lct__pair_sync(bar);
-    if (lane == 0) talk.bad = 1;
-    lct__pair_sync(bar);
-    return;
-  }
   /* Lane t's code stream starts at reader bit bit0; the ring starts full. */
   const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
   const uint32_t phase = (uint32_t)(cv.code - cbase), cend = phase + cv.hwords, bit0 = 32 * phase + cv.start;
@@ -803,36 +812,32 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   return chk != v.stored ? LCT_ECHECKSUM : 0;
 }
 
-/* The warp pair of chunk c: both read its place and header, and both take
- * the path the assembler's reading chose, so that each meets the other's
- * barriers even if the blob changes under them (a dst overlapping a blob of
- * the launch: the chunk then fails). Both copy a raw chunk; of a coded one
- * the reader reads the codes while the assembler rebuilds the elements.
- * Returns (warp-uniformly) the chunk's status to the assembler, 0 to the
- * reader. */
+/* The warp pair of chunk c: the assembler reads its place and header once,
+ * both derive its view from that (a blob rewritten under them, by a dst
+ * overlapping a blob of the launch, cannot send them different ways: the
+ * chunk then fails). Both copy a raw chunk; of a coded one the reader reads
+ * the codes while the assembler rebuilds the elements. Returns
+ * (warp-uniformly) the chunk's status to the assembler, 0 to the reader. */
 template <int DT>
 __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
                                              lct__dec_pair_smem<DT> &sm, lct__pair_talk &talk, uint32_t c,
                                              uint32_t n_chunks, unsigned lane, bool assembler, unsigned bar) {
-  lct__chunk_view v;
-  lct__coded_view cv;
-  int err = lct__chunk_open<DT>(T, c, n_chunks, lane, v);
-  if (!err && v.mode != 0) err = lct__coded_open<DT>(v, lane, cv);
-  const uint32_t mine = err ? LCT__PATH_NONE : v.mode == 0 ? LCT__PATH_RAW : LCT__PATH_CODED;
-  if (assembler && lane == 0) talk.path = mine;
+  if (assembler) lct__chunk_read<DT>(T, c, n_chunks, lane, talk);
   lct__pair_sync(bar);
-  const uint32_t path = talk.path;
-  if (path == LCT__PATH_RAW) return lct__raw_chunk<DT>(v, T.aligned, lane, assembler, mine == path, talk, bar);
+  lct__chunk_view v;
+  int err = lct__chunk_open<DT>(T, c, lane, talk, v);
+  if (err) return assembler ? err : 0;
+  if (v.mode == 0) return lct__raw_chunk<DT>(v, T.aligned, lane, assembler, talk, bar);
+  lct__coded_view cv;
+  if ((err = lct__coded_open<DT>(v, lane, cv)) != 0) return assembler ? err : 0;
   if constexpr (lct__dt<DT>::S > 0) {
-    if (path == LCT__PATH_CODED) {
-      if (!assembler) {
-        lct__read_codes<DT>(tab, sm, v, cv, lane, mine == path, talk, bar);
-        return 0;
-      }
-      return lct__assemble<DT>(sm, v, cv, T.aligned, lane, talk, bar);
+    if (!assembler) {
+      lct__read_codes<DT>(tab, sm, v, cv, lane, talk, bar);
+      return 0;
     }
+    return lct__assemble<DT>(sm, v, cv, T.aligned, lane, talk, bar);
   }
-  return assembler ? err : 0;
+  return LCT_ECORRUPT; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
 }
 
 /* A warp pair per chunk (even warps read codes, odd ones assemble),

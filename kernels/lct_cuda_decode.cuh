@@ -499,7 +499,7 @@ __device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32
 }
 
 /* Where chunk c lies and what its header says, as both warps of its pair
- * read it (alike: they take the same paths). */
+ * derive it from the assembler's one reading (lct__chunk_read). */
 struct lct__chunk_view {
   const uint32_t *ch; /* the chunk */
   uint64_t size;      /* its bytes */

@@ -75,7 +75,8 @@ typedef struct lct_cuda_encode_item {
                                          them), in the same pass: what a codebook rebuild needs */
 } lct_cuda_encode_item;
 
-/* Workspace bytes for encoding these items in one call (a few bytes per chunk). */
+/* Workspace bytes for encoding these items in one call (16 bytes per chunk).
+ * Its contents need no clearing: each launch tags what it writes there. */
 size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t count);
 
 /* Encodes count tensors with their precomputed codebooks: the blobs are byte
@@ -108,7 +109,10 @@ typedef struct lct_cuda_decode_item {
 /* Workspace bytes for decoding count blobs in one call (8 KiB and a few bytes per blob). */
 size_t lct_cuda_decode_workspace_size(size_t count);
 
-/* Decodes count blobs. Every length and offset read from a blob is checked on
+/* Decodes count blobs, in two kernels per dtype: one that checks each header
+ * and codebook and builds its decode table, and the chunk decoder, launched as
+ * its programmatic dependent (it starts reading chunks while the tables are
+ * built). Every length and offset read from a blob is checked on
  * the device; a corrupt blob gets an error in its status word (its dst contents
  * are then unspecified) and never causes a read outside [blob, blob + blob_bytes)
  * or a write outside dst's n_elems elements. The return value reports argument

@@ -35,6 +35,31 @@ static inline int lct__smem_attrs(const void *kernel, int smem, bool max_carveou
   return 0;
 }
 
+/* Launches kernel behind the stream's previous kernel as its programmatic
+ * dependent: it may start once that one has run griddepcontrol.launch_dependents,
+ * and waits for it (and its memory) at its own griddepcontrol.wait. Where the
+ * launch attribute is refused, an ordinary launch. */
+template <typename P>
+static inline int lct__launch_dependent(void (*kernel)(P), unsigned grid, unsigned block, size_t smem,
+                                        cudaStream_t stream, const P &params) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kernel, params) == cudaSuccess) return 0;
+  (void)cudaGetLastError();
+  cfg.numAttrs = 0;
+  LCT__CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, params));
+  LCT__LAUNCH_CHECK();
+  return 0;
+}
+
 #define LCT__CHECK_MUL 0x9E3779B1u
 #define LCT__MAGIC 0x5A54434Cu          /* "LCTZ" read as a little-endian u32 */
 #define LCT__MAX_SYM_BITS 10

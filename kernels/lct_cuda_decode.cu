@@ -19,8 +19,9 @@ int check_item(const lct_cuda_decode_item *it) {
 }
 
 /* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
- * kernel (one block per blob), then the chunk kernel (a warp pair per chunk,
- * LCT__DEC_PAIRS chunks of one blob per block). */
+ * kernel (one block per blob), then, as its programmatic dependent, the chunk
+ * kernel (a warp pair per chunk, LCT__DEC_PAIRS chunks of one blob per block).
+ * A lone blob goes with the one-blob parameters. */
 struct decode_launch {
   const lct_cuda_decode_item *items;
   size_t count;
@@ -30,28 +31,37 @@ struct decode_launch {
   unsigned *done;
   cudaStream_t stream;
 
-  template <int DT> int flush(lct__dec_params &p, uint64_t n_blocks) {
-    if (!p.count) return 0;
-    lct__decode_header_kernel<DT><<<p.count, LCT__HDR_THREADS, 0, stream>>>(p);
+  template <int DT, unsigned N> int launch(const lct__dec_params<N> &p, uint64_t n_blocks) {
+    lct__decode_header_kernel<DT, N><<<p.count, LCT__HDR_THREADS, 0, stream>>>(p);
     LCT__LAUNCH_CHECK();
-    if (n_blocks) {
-      constexpr size_t smem = lct__dec_smem_bytes<DT>();
-      if (smem) { /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
-        static std::atomic<uint64_t> attrs_set{0};
-        int dev;
-        LCT__CUDA_TRY(cudaGetDevice(&dev));
-        int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT>, (int)smem, true, dev, attrs_set);
-        if (rc) return rc;
-      }
-      lct__decode_chunk_kernel<DT><<<(unsigned)n_blocks, LCT__DEC_PAIRS * 64, smem, stream>>>(p);
-      LCT__LAUNCH_CHECK();
+    if (!n_blocks) return 0;
+    constexpr size_t smem = lct__dec_smem_bytes<DT>();
+    if (smem) { /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
+      static std::atomic<uint64_t> attrs_set{0};
+      int dev;
+      LCT__CUDA_TRY(cudaGetDevice(&dev));
+      int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N>, (int)smem, true, dev, attrs_set);
+      if (rc) return rc;
+    }
+    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N>, (unsigned)n_blocks, LCT__DEC_PAIRS * 64, smem,
+                                 stream, p);
+  }
+
+  template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
+    if (!p.count) return 0;
+    int rc;
+    if (p.count == 1) {
+      lct__dec_params<1> one = {{p.t[0]}, p.tables, p.ws_status, p.ws_done, 1};
+      rc = launch<DT>(one, n_blocks);
+    } else {
+      rc = launch<DT>(p, n_blocks);
     }
     p.count = 0;
-    return 0;
+    return rc;
   }
 
   template <int DT> int run() {
-    lct__dec_params p;
+    lct__dec_params<LCT__BATCH> p;
     memset(&p, 0, sizeof p);
     p.tables = tables;
     p.ws_status = status;

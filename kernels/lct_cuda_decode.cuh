@@ -4,7 +4,7 @@
 
 #include "lct_cuda_common.cuh"
 
-#define LCT__HDR_THREADS 256
+#define LCT__HDR_THREADS 512
 #define LCT__DEC_PAIRS 4 /* chunks (warp pairs) per block, sharing one decode table */
 #define LCT__TABLE_ENTRIES (1u << LCT_MAX_CODE_LEN)
 
@@ -20,8 +20,10 @@ struct lct__dec_tensor {
   uint32_t aligned; /* dst is 16-byte aligned */
 };
 
-struct lct__dec_params {
-  lct__dec_tensor t[LCT__BATCH];
+/* The blobs of a launch, at most N (1 or LCT__BATCH: kernel parameters are
+ * copied at every launch, and 7 KiB of them cost it about 2.4 us). */
+template <unsigned N> struct lct__dec_params {
+  lct__dec_tensor t[N];
   uint8_t *tables;   /* workspace: a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
   int *ws_status;    /* workspace: status per slot */
   unsigned *ws_done; /* workspace: finished chunks per slot */
@@ -65,150 +67,178 @@ __device__ static inline uint32_t lct__chunk_count(uint64_t n_elems) {
   return (uint32_t)((n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS);
 }
 
-/* One block per blob: validates the header and the codebook against what the
- * caller expects, and builds the blob's decode table into the workspace. */
+/* The error a blob's header words hw (with n_chunks the chunk count the
+ * caller's n_elems implies) show, before the codebook is read; *chk gets the
+ * check of words [0, 6). */
 template <int DT>
-__global__ void __launch_bounds__(LCT__HDR_THREADS)
-    lct__decode_header_kernel(const __grid_constant__ lct__dec_params p) {
+__device__ static inline int lct__header_error(const lct__dec_tensor &T, const uint32_t *hw, uint32_t n_chunks,
+                                               uint32_t *chk) {
   using L = lct__layout_of<DT>;
+  const uint64_t len = T.blob_bytes;
+  if (len < LCT_HEADER_BYTES || hw[0] != LCT__MAGIC) return LCT_ECORRUPT;
+  if ((hw[1] & 0xff) != LCT_FORMAT_VERSION) return LCT_EVERSION;
+  const uint64_t n_elems = hw[2] | (uint64_t)hw[3] << 32, blob_size = hw[8] | (uint64_t)hw[9] << 32;
+  if (((hw[1] >> 8) & 0xff) != DT || ((hw[1] >> 16) & 0xff) != LCT_MAX_CODE_LEN || (hw[1] >> 24) || hw[7])
+    return LCT_ECORRUPT;
+  if (n_elems != T.n_elems || hw[4] != n_chunks || hw[5] != L::CB_BYTES) return LCT_ECORRUPT;
+  if (blob_size != len || L::TABLE + 8ull * n_chunks > len || (n_chunks == 0 && len != L::TABLE)) return LCT_ECORRUPT;
+  uint32_t c = 0;
+#pragma unroll
+  for (unsigned j = 0; j < 6; j++) c += hw[j] * lct__mult(j);
+  *chk = c;
+  return 0;
+}
+
+/* One block per blob: validates the header and the codebook against what the
+ * caller expects, and builds the blob's decode table into the workspace. Every
+ * step is spread over the block, with one read of the blob and no serial
+ * loop: the chunk kernel, launched behind it as a programmatic dependent, waits
+ * for it before its first decoded symbol. */
+template <int DT, unsigned N>
+__global__ void __launch_bounds__(LCT__HDR_THREADS)
+    lct__decode_header_kernel(const __grid_constant__ lct__dec_params<N> p) {
+  using L = lct__layout_of<DT>;
+  using TAB = lct__dec_tab<DT>;
   constexpr unsigned S = lct__dt<DT>::S, NSYM = S ? (1u << S) + 1 : 1;
-  constexpr unsigned CL = LCT_MAX_CODE_LEN;
-  __shared__ int s_err;
-  __shared__ uint32_t s_chk, s_hcheck, s_kraft, s_bad;
+  constexpr unsigned CL = LCT_MAX_CODE_LEN, TILES = (NSYM + 31) / 32, CBW = L::CB_PAD / 4;
+  static_assert(CBW <= LCT__HDR_THREADS && TILES * (CL + 1) <= LCT__HDR_THREADS && CL <= LCT__HDR_THREADS / 32 &&
+                    LCT__TABLE_ENTRIES == 8 * LCT__HDR_THREADS,
+                "one codebook word, tile count and 8 table entries per thread; a warp per code length");
+  __shared__ uint32_t s_hw[LCT_HEADER_BYTES / 4];
+  __shared__ uint32_t s_chk, s_kraft, s_bad;
   __shared__ uint8_t s_len[NSYM];
-  __shared__ uint16_t s_rank[NSYM], s_sorted[NSYM];
-  __shared__ uint32_t s_count[CL + 1], s_first[CL + 1], s_offset[CL + 1];
+  __shared__ uint16_t s_rank[NSYM];            /* a symbol's rank among its tile's symbols of its length */
+  __shared__ uint16_t s_tile[TILES][CL + 1];   /* per tile and length: symbols, then those in earlier tiles */
+  __shared__ uint16_t s_sorted[NSYM];          /* the coded symbols in canonical order */
+  __shared__ uint32_t s_count[CL + 1];
 
+  /* Nothing the chunk kernel may read before its wait is written here. */
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const lct__dec_tensor &T = p.t[blockIdx.x];
-  const unsigned tid = threadIdx.x;
+  const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t n_chunks = lct__chunk_count(T.n_elems);
-  if (tid == 0) {
-    int err = 0;
-    const uint64_t len = T.blob_bytes;
-    if (len < LCT_HEADER_BYTES) {
-      err = LCT_ECORRUPT;
-    } else {
-      const uint32_t *h = reinterpret_cast<const uint32_t *>(T.blob);
-      uint32_t hw[10];
-#pragma unroll
-      for (unsigned j = 0; j < 10; j++) hw[j] = h[j];
-      const uint64_t n_elems = hw[2] | (uint64_t)hw[3] << 32, blob_size = hw[8] | (uint64_t)hw[9] << 32;
-      if (hw[0] != LCT__MAGIC) {
-        err = LCT_ECORRUPT;
-      } else if ((hw[1] & 0xff) != LCT_FORMAT_VERSION) {
-        err = LCT_EVERSION;
-      } else if (((hw[1] >> 8) & 0xff) != DT || ((hw[1] >> 16) & 0xff) != CL || (hw[1] >> 24) || hw[7]) {
-        err = LCT_ECORRUPT;
-      } else if (n_elems != T.n_elems || hw[4] != n_chunks || hw[5] != L::CB_BYTES) {
-        err = LCT_ECORRUPT;
-      } else if (blob_size != len || L::TABLE + 8ull * n_chunks > len || (n_chunks == 0 && len != L::TABLE)) {
-        err = LCT_ECORRUPT;
-      } else {
-        uint32_t chk = 0;
-#pragma unroll
-        for (unsigned j = 0; j < 6; j++) chk += hw[j] * lct__mult(j);
-        s_chk = chk;
-        s_hcheck = hw[6];
-      }
-    }
-    s_err = err;
-    s_kraft = 0;
-    s_bad = 0;
-  }
+  const uint32_t *h = reinterpret_cast<const uint32_t *>(T.blob);
+  /* The header and the codebook words in one round trip; nothing past the blob. */
+  if (tid < LCT_HEADER_BYTES / 4) s_hw[tid] = T.blob_bytes >= LCT_HEADER_BYTES ? h[tid] : 0;
+  const bool cb_word = S && tid < CBW && T.blob_bytes >= L::TABLE;
+  const uint32_t v = cb_word ? h[LCT_HEADER_BYTES / 4 + tid] : 0;
+  if (tid < TILES * (CL + 1)) (&s_tile[0][0])[tid] = 0;
+  if (tid == 0) s_chk = s_kraft = s_bad = 0;
   __syncthreads();
 
-  if constexpr (L::CB_BYTES > 0) {
-    if (!s_err) { /* codebook bytes: header check, padding, lengths, Kraft sum */
-      const uint32_t *cbw = reinterpret_cast<const uint32_t *>(T.blob + LCT_HEADER_BYTES);
-      uint32_t chk = 0, kraft = 0, bad = 0;
-      for (unsigned j = tid; j < L::CB_PAD / 4; j += LCT__HDR_THREADS) {
-        const uint32_t v = cbw[j];
-        const unsigned valid = L::CB_BYTES > 4 * j ? min(4u, L::CB_BYTES - 4 * j) : 0;
-        const uint32_t mask = valid == 4 ? ~0u : (1u << (8 * valid)) - 1;
-        chk += (v & mask) * lct__mult(6 + j);
-        bad |= v & ~mask;
+  uint32_t hchk = 0;
+  int err = lct__header_error<DT>(T, s_hw, n_chunks, &hchk); /* alike in every thread */
+  if constexpr (S > 0) {
+    if (!err && warp < (CBW + 31) / 32) { /* codebook words: header check, padding, lengths, Kraft sum */
+      const unsigned valid = L::CB_BYTES > 4 * tid ? min(4u, L::CB_BYTES - 4 * tid) : 0;
+      const uint32_t mask = valid == 4 ? ~0u : (1u << (8 * valid)) - 1;
+      uint32_t chk = cb_word ? (v & mask) * lct__mult(6 + tid) : 0, kraft = 0, bad = v & ~mask;
 #pragma unroll
-        for (unsigned q = 0; q < 8; q++) {
-          const unsigned sym = 8 * j + q, l = (v >> (4 * q)) & 15;
-          if (sym < NSYM) {
-            s_len[sym] = (uint8_t)l;
-            bad |= l > CL;
-            kraft += l && l <= CL ? 1u << (CL - l) : 0;
-          } else if (sym == NSYM) {
-            bad |= l; /* the padding nibble */
-          }
+      for (unsigned q = 0; q < 8; q++) {
+        const unsigned sym = 8 * tid + q, l = (v >> (4 * q)) & 15;
+        if (sym < NSYM) {
+          s_len[sym] = (uint8_t)l;
+          bad |= l > CL;
+          kraft += l && l <= CL ? 1u << (CL - l) : 0;
+        } else if (sym == NSYM) {
+          bad |= l; /* the padding nibble */
         }
       }
-      if (chk) atomicAdd(&s_chk, chk);
-      if (kraft) atomicAdd(&s_kraft, kraft);
-      if (bad) atomicOr(&s_bad, 1u);
+      chk = lct__warp_sum(chk);
+      kraft = lct__warp_sum(kraft);
+      bad = lct__warp_or(bad);
+      if (lane == 0) {
+        atomicAdd(&s_chk, chk);
+        atomicAdd(&s_kraft, kraft);
+        if (bad) atomicOr(&s_bad, 1u);
+      }
     }
   }
   __syncthreads();
-  if (tid == 0 && !s_err) {
-    if (s_chk != s_hcheck || s_bad) {
-      s_err = LCT_ECORRUPT;
-    } else if (S && (!s_len[NSYM - 1] || s_kraft > (1u << CL))) {
-      s_err = LCT_ECORRUPT;
-    }
-  }
-  __syncthreads();
+  if (!err && (hchk + s_chk != s_hw[6] || s_bad)) err = LCT_ECORRUPT;
+  if (!err && S && (!s_len[NSYM - 1] || s_kraft > (1u << CL))) err = LCT_ECORRUPT;
 
-  if (S && !s_err) {
-    /* Canonical codes: rank of each symbol among those of its length, by a
-     * warp sweep in symbol order. */
-    if (tid < 32) {
-      if (tid <= CL) s_count[tid] = 0;
-      __syncwarp();
-      for (unsigned base = 0; base < NSYM; base += 32) {
-        const unsigned i = base + tid, l = i < NSYM ? s_len[i] : 0;
-        const unsigned same = __match_any_sync(LCT__FULL, l);
-        const unsigned rank = s_count[l] + __popc(same & ((1u << tid) - 1));
-        if (i < NSYM) s_rank[i] = (uint16_t)rank;
-        __syncwarp();
-        if (tid == 31u - __clz(same)) s_count[l] += __popc(same);
-        __syncwarp();
-      }
+  if (S && !err) { /* err is the block's: every branch below is taken by all threads or none */
+    /* Canonical codes sort the coded symbols by (length, symbol): a symbol's
+     * place is the symbols of shorter codes, plus those of its length in
+     * earlier tiles of 32, plus its rank within its tile. */
+    for (unsigned t = warp; t < TILES; t += LCT__HDR_THREADS / 32) {
+      const unsigned i = 32 * t + lane, l = i < NSYM ? s_len[i] : 0;
+      const unsigned same = __match_any_sync(LCT__FULL, l);
+      if (i < NSYM) s_rank[i] = (uint16_t)__popc(same & ((1u << lane) - 1));
+      if (lane == (unsigned)__ffs(same) - 1) s_tile[t][l] = (uint16_t)__popc(same);
     }
     __syncthreads();
-    if (tid == 0) {
-      unsigned code = 0, off = 0;
-      for (unsigned l = 1; l <= CL; l++) {
-        s_first[l] = code;
-        s_offset[l] = off;
-        off += s_count[l];
-        code = (code + s_count[l]) << 1;
+    if (warp < CL) { /* warp l - 1: exclusive sums of length l's tile counts, and its total */
+      const unsigned l = warp + 1;
+      uint32_t carry = 0;
+      for (unsigned t0 = 0; t0 < TILES; t0 += 32) {
+        const unsigned t = t0 + lane;
+        const uint32_t c = t < TILES ? s_tile[t][l] : 0;
+        uint32_t incl = c;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t y = __shfl_up_sync(LCT__FULL, incl, o);
+          if ((int)lane >= o) incl += y;
+        }
+        if (t < TILES) s_tile[t][l] = (uint16_t)(carry + incl - c);
+        carry += __shfl_sync(LCT__FULL, incl, 31);
       }
+      if (lane == 0) s_count[l] = carry;
     }
     __syncthreads();
+    /* Per length: its first place in canonical order (off) and its first
+     * table entry (first): a code of length l covers 2^(12 - l) consecutive
+     * entries, in canonical order from entry 0. */
+    uint32_t count[CL + 1], off[CL + 1], first[CL + 1], end = 0, at = 0;
+#pragma unroll
+    for (unsigned l = 1; l <= CL; l++) {
+      count[l] = s_count[l];
+      off[l] = at;
+      first[l] = end;
+      at += count[l];
+      end += count[l] << (CL - l);
+    }
     for (unsigned i = tid; i < NSYM; i += LCT__HDR_THREADS) {
-      if (s_len[i]) s_sorted[s_offset[s_len[i]] + s_rank[i]] = (uint16_t)i;
+      const unsigned l = s_len[i];
+      uint32_t o = 0;
+#pragma unroll
+      for (unsigned k = 1; k <= CL; k++) o = l == k ? off[k] : o;
+      if (l) s_sorted[o + s_tile[i / 32][l] + s_rank[i]] = (uint16_t)i;
     }
     __syncthreads();
-    /* Entry idx is the next 12 stream bits, the first as its most significant
-     * bit: the code read MSB first. A code's entries are then consecutive, so
-     * lanes decoding the same code look up words spread by the bits after it
-     * (with the first stream bit as the least significant bit, every lane
-     * decoding a code of 6 bits or more would hit one bank). */
-    using TAB = lct__dec_tab<DT>;
-    auto *tab = reinterpret_cast<typename TAB::Ent *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
-    for (unsigned idx = tid; idx < LCT__TABLE_ENTRIES; idx += LCT__HDR_THREADS) {
-      const unsigned v = idx;
-      typename TAB::Ent entry = (typename TAB::Ent)TAB::RARE; /* an invalid code: length 0 */
+    /* Entries [8 tid, 8 tid + 8): each in the region of the last length
+     * whose region starts at or before it; past the last region, invalid.
+     * Regions of lengths up to 9 hold whole aligned groups of 8. */
+    auto entry = [&](uint32_t idx) -> uint32_t {
+      uint32_t len = 0, base = 0, o = 0;
+#pragma unroll
       for (unsigned l = 1; l <= CL; l++) {
-        const unsigned d = (v >> (CL - l)) - s_first[l];
-        if (d < s_count[l]) {
-          entry = TAB::entry(s_sorted[s_offset[l] + d], l, NSYM - 1);
-          break;
+        if (count[l] && first[l] <= idx) {
+          len = l;
+          base = first[l];
+          o = off[l];
         }
       }
-      tab[idx] = entry;
+      if (idx >= end) return TAB::RARE; /* an invalid code: length 0 */
+      return TAB::entry(s_sorted[o + ((idx - base) >> (CL - len))], len, NSYM - 1);
+    };
+    uint32_t e[8];
+    e[0] = entry(8 * tid);
+    if ((e[0] & 15) && (e[0] & 15) <= CL - 3) {
+#pragma unroll
+      for (unsigned j = 1; j < 8; j++) e[j] = e[0];
+    } else {
+#pragma unroll
+      for (unsigned j = 1; j < 8; j++) e[j] = entry(8 * tid + j);
     }
+    auto *tab = reinterpret_cast<uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
+    tab[tid] = make_uint4(e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16);
   }
   if (tid == 0) {
-    p.ws_status[T.slot] = s_err;
+    p.ws_status[T.slot] = err;
     p.ws_done[T.slot] = 0;
-    if (n_chunks == 0) *T.status = s_err;
+    if (n_chunks == 0) *T.status = err;
   }
 }
 
@@ -812,18 +842,16 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   return chk != v.stored ? LCT_ECHECKSUM : 0;
 }
 
-/* The warp pair of chunk c: the assembler reads its place and header once,
- * both derive its view from that (a blob rewritten under them, by a dst
- * overlapping a blob of the launch, cannot send them different ways: the
- * chunk then fails). Both copy a raw chunk; of a coded one the reader reads
+/* The warp pair of chunk c, once the assembler has read its place and
+ * header into talk (lct__chunk_read): both derive its view from that one
+ * reading (a blob rewritten under them, by a dst overlapping a blob of the
+ * launch, cannot send them different ways: the chunk then fails). Both copy a raw chunk; of a coded one the reader reads
  * the codes while the assembler rebuilds the elements. Returns
  * (warp-uniformly) the chunk's status to the assembler, 0 to the reader. */
 template <int DT>
 __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
                                              lct__dec_pair_smem<DT> &sm, lct__pair_talk &talk, uint32_t c,
-                                             uint32_t n_chunks, unsigned lane, bool assembler, unsigned bar) {
-  if (assembler) lct__chunk_read<DT>(T, c, n_chunks, lane, talk);
-  lct__pair_sync(bar);
+                                             unsigned lane, bool assembler, unsigned bar) {
   lct__chunk_view v;
   int err = lct__chunk_open<DT>(T, c, lane, talk, v);
   if (err) return assembler ? err : 0;
@@ -842,9 +870,9 @@ __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typ
 
 /* A warp pair per chunk (even warps read codes, odd ones assemble),
  * LCT__DEC_PAIRS chunks of one blob per block. */
-template <int DT>
+template <int DT, unsigned N>
 __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT>())
-    lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params p) {
+    lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params<N> p) {
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
   using Ent = typename lct__dec_tab<DT>::Ent;
   __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
@@ -856,6 +884,10 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
   const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_PAIRS + pair;
   int *const wst = p.ws_status + T.slot;
+  /* The blob's chunk table and chunk headers are the caller's: read before
+   * the header kernel is done, which writes the table and status read after. */
+  if (assembler && c < n_chunks) lct__chunk_read<DT>(T, c, n_chunks, lane, s_talk[pair]);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (lct__dt<DT>::S > 0) {
     const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
     for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_PAIRS * 64)
@@ -863,10 +895,10 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   }
   /* Skip the work once the blob is known corrupt (read once: both warps of a pair must agree). */
   if (threadIdx.x == 0) s_known = *(volatile int *)wst;
-  __syncthreads();
+  __syncthreads(); /* also hands each pair's reader the assembler's reading */
   if (c >= n_chunks) return;
-  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], s_talk[pair], c, n_chunks,
-                                                            lane, assembler, 1 + pair)
+  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], s_talk[pair], c, lane,
+                                                            assembler, 1 + pair)
                                : 0;
   if (assembler && lane == 0) {
     if (err) atomicCAS(wst, 0, err);

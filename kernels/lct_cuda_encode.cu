@@ -1,6 +1,9 @@
 /* lct_cuda_encode.cu — launch wrappers for the encoder: argument checks, workspace layout, per-dtype flattened grids. */
 #include <string.h>
 
+#include <chrono>
+#include <random>
+
 #include "lct_cuda_encode.cuh"
 
 namespace {
@@ -26,33 +29,58 @@ int check_item(const lct_cuda_encode_item *it) {
   return 0;
 }
 
-/* Launches the items of one dtype in groups of at most LCT__BATCH tensors. */
+/* A fresh look-back epoch for every launch: a per-process random start, then
+ * a counter, so no launch meets a tag of another (nor, but with odds of
+ * 2^-64, one that happens to lie in a fresh workspace). */
+unsigned long long next_epoch() {
+  static const unsigned long long start = [] {
+    std::random_device rd;
+    const unsigned long long t = (unsigned long long)std::chrono::steady_clock::now().time_since_epoch().count();
+    return ((unsigned long long)rd() << 32 ^ rd()) ^ t * 0x9E3779B97F4A7C15ull;
+  }();
+  static std::atomic<unsigned long long> n{0};
+  return start + n.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull; /* odd: no repeat in 2^64 */
+}
+
+/* Launches the items of one dtype in groups of at most LCT__BATCH tensors (a
+ * lone tensor with the one-tensor parameters). */
 struct encode_launch {
   const lct_cuda_encode_item *items;
   size_t count;
   int dtype;
-  unsigned long long *ws; /* next free workspace word */
+  lct__lb_slot *ws; /* next free look-back slot */
   cudaStream_t stream;
 
-  template <int DT> int flush(lct__enc_params &p, uint64_t n_items) {
-    if (!p.count) return 0;
-    p.ticket = ws;
-    p.lookback = ws + 1;
-    ws += 1 + n_items;
+  template <int DT, unsigned N> int launch(const lct__enc_params<N> &p, uint64_t n_items) {
     constexpr unsigned smem = lct__enc_stage_bytes<DT>();
     static std::atomic<uint64_t> attrs_set{0};
     int dev;
     LCT__CUDA_TRY(cudaGetDevice(&dev));
-    int rc = lct__smem_attrs((const void *)lct__encode_kernel<DT>, smem, false, dev, attrs_set);
+    int rc = lct__smem_attrs((const void *)lct__encode_kernel<DT, N>, smem, false, dev, attrs_set);
     if (rc) return rc;
-    lct__encode_kernel<DT><<<(unsigned)n_items, LCT__ENC_THREADS, smem, stream>>>(p);
+    lct__encode_kernel<DT, N><<<(unsigned)n_items, LCT__ENC_THREADS, smem, stream>>>(p);
     LCT__LAUNCH_CHECK();
-    p.count = 0;
     return 0;
   }
 
+  template <int DT> int flush(lct__enc_params<LCT__BATCH> &p, uint64_t n_items) {
+    if (!p.count) return 0;
+    p.lookback = ws;
+    p.epoch = next_epoch();
+    ws += n_items;
+    int rc;
+    if (p.count == 1) {
+      lct__enc_params<1> one = {{p.t[0]}, p.lookback, p.epoch, 1};
+      rc = launch<DT>(one, n_items);
+    } else {
+      rc = launch<DT>(p, n_items);
+    }
+    p.count = 0;
+    return rc;
+  }
+
   template <int DT> int run() {
-    lct__enc_params p;
+    lct__enc_params<LCT__BATCH> p;
     memset(&p, 0, sizeof p);
     uint64_t n_items = 0;
     for (size_t i = 0; i < count; i++) {
@@ -83,11 +111,10 @@ struct encode_launch {
 } // namespace
 
 extern "C" size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t count) {
-  /* Per launch a ticket word, per work item a look-back word; launches never
-   * outnumber tensors. */
-  uint64_t words = 0;
-  for (size_t i = 0; i < count; i++) words += 1 + work_items(items[i].n_elems);
-  return (size_t)(words * 8);
+  /* A look-back slot per work item. */
+  uint64_t slots = 0;
+  for (size_t i = 0; i < count; i++) slots += work_items(items[i].n_elems);
+  return (size_t)(slots * sizeof(lct__lb_slot));
 }
 
 extern "C" int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace,
@@ -100,8 +127,7 @@ extern "C" int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t c
   }
   const size_t need = lct_cuda_encode_workspace_size(items, count);
   if (workspace_bytes < need) return LCT_EBUFSIZE;
-  LCT__CUDA_TRY(cudaMemsetAsync(workspace, 0, need, stream));
-  encode_launch l = {items, count, 0, static_cast<unsigned long long *>(workspace), stream};
+  encode_launch l = {items, count, 0, static_cast<lct__lb_slot *>(workspace), stream};
   for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
     l.dtype = d;
     int rc = lct__dispatch(d, l);

@@ -23,10 +23,19 @@ struct lct__enc_tensor {
   uint32_t aligned; /* src is 16-byte aligned */
 };
 
-struct lct__enc_params {
-  lct__enc_tensor t[LCT__BATCH];
-  unsigned long long *ticket;   /* zeroed: hands out work items in launch order */
-  unsigned long long *lookback; /* zeroed: one flag|value word per work item */
+/* A work item's look-back slot: val (a flag, LCT__LB_AGG or LCT__LB_INCL,
+ * | a size) counts once tag holds the launch's epoch, written after it. Epochs
+ * are drawn anew for every launch, so the workspace needs no clearing. */
+struct lct__lb_slot {
+  unsigned long long tag, val;
+};
+
+/* The tensors of a launch, at most N (1 or LCT__BATCH: kernel parameters are
+ * copied at every launch, and 7 KiB of them cost it about 2.4 us). */
+template <unsigned N> struct lct__enc_params {
+  lct__enc_tensor t[N];
+  lct__lb_slot *lookback; /* one slot per work item */
+  unsigned long long epoch;
   uint32_t count;
 };
 
@@ -87,17 +96,20 @@ __device__ static void lct__write_header(uint8_t *dst, uint64_t n_elems, uint32_
 
 /* One thread: publishes this chunk's size for its successors' look-back, as
  * soon as it is known (the tensor's first chunk: its inclusive sum). */
-__device__ static inline void lct__lookback_publish(unsigned long long *st, uint32_t first, uint32_t item,
-                                                    uint32_t size) {
-  atomicExch(st + item, (item == first ? LCT__LB_INCL : LCT__LB_AGG) | size);
+__device__ static inline void lct__lookback_publish(lct__lb_slot *lb, unsigned long long epoch, uint32_t first,
+                                                    uint32_t item, uint32_t size) {
+  atomicExch(&lb[item].val, (item == first ? LCT__LB_INCL : LCT__LB_AGG) | size);
+  __threadfence();
+  atomicExch(&lb[item].tag, epoch);
 }
 
 /* Warp 0, after lct__lookback_publish: returns the sum of the sizes of the
  * tensor's earlier chunks (decoupled look-back over items [first, item)) and
- * publishes this chunk's inclusive sum. Work items are handed out in order,
- * so every awaited predecessor is running. */
-__device__ static inline uint64_t lct__lookback(unsigned long long *st, uint32_t first, uint32_t item, uint32_t size,
-                                                unsigned lane) {
+ * publishes this chunk's inclusive sum. Work items are block indices, and
+ * blocks are dispatched in index order (as single-pass scans rely on), so
+ * every awaited predecessor is resident or done. */
+__device__ static inline uint64_t lct__lookback(lct__lb_slot *lb, unsigned long long epoch, uint32_t first,
+                                                uint32_t item, uint32_t size, unsigned lane) {
   if (item == first) return 0;
   uint64_t excl = 0;
   int64_t pos = (int64_t)item - 1;
@@ -105,10 +117,11 @@ __device__ static inline uint64_t lct__lookback(unsigned long long *st, uint32_t
     const int64_t idx = pos - (int64_t)lane;
     uint64_t v = LCT__LB_INCL; /* before the tensor's first chunk: an inclusive zero */
     if (idx >= (int64_t)first) {
-      const volatile unsigned long long *p = st + idx;
-      do {
-        v = *p;
-      } while ((v >> 62) == 0);
+      const volatile unsigned long long *tag = &lb[idx].tag;
+      while (*tag != epoch) {
+      }
+      __threadfence(); /* the val written before the tag */
+      v = *(const volatile unsigned long long *)&lb[idx].val;
     }
     const uint32_t incl = __ballot_sync(LCT__FULL, (v >> 62) == 2);
     uint64_t val = v & LCT__LB_VALUE;
@@ -120,7 +133,7 @@ __device__ static inline uint64_t lct__lookback(unsigned long long *st, uint32_t
     excl += lct__warp_sum64(val);
     pos -= 32;
   }
-  if (lane == 0) atomicExch(st + item, LCT__LB_INCL | (excl + size));
+  if (lane == 0) atomicExch(&lb[item].val, LCT__LB_INCL | (excl + size));
   return excl;
 }
 
@@ -204,8 +217,9 @@ __device__ static inline void lct__emit_codes(const uint32_t *x, const uint32_t 
  * raw words fit, 2 for f32's 32 words per thread. */
 template <int DT> constexpr int lct__enc_min_blocks() { return lct__dt<DT>::W == 4 ? 2 : 3; }
 
-template <int DT>
-__global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) lct__encode_kernel(const __grid_constant__ lct__enc_params p) {
+template <int DT, unsigned N>
+__global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
+    lct__encode_kernel(const __grid_constant__ lct__enc_params<N> p) {
   using D = lct__dt<DT>;
   using L = lct__layout_of<DT>;
   constexpr unsigned W = D::W, S = D::S, M = D::M;
@@ -218,13 +232,10 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   __shared__ uint32_t s_hist[S ? 1u << S : 1]; /* the chunk's symbol counts, when the tensor takes them */
   __shared__ uint4 s_warp[LCT__ENC_THREADS / 32]; /* per warp: code bits, check, mantissa OR */
   __shared__ uint32_t s_lane_bits[32];
-  __shared__ uint32_t s_item;
   __shared__ uint64_t s_excl;
 
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) s_item = (uint32_t)atomicAdd(p.ticket, 1ull);
-  __syncthreads();
-  const uint32_t item = s_item;
+  const uint32_t item = blockIdx.x;
   const lct__enc_tensor &T = p.t[lct__find_tensor(p.t, p.count, item)];
   const uint64_t n_elems = T.n_elems;
   const uint32_t n_chunks = (uint32_t)((n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS);
@@ -357,7 +368,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
   if (S > 0 && tid == 0 && T.code_bits && LCT_CODED_CHUNK_HEADER + mbytes < raw_size)
     atomicAdd(T.code_bits, (unsigned long long)total);
 
-  if (tid == 0) lct__lookback_publish(p.lookback, T.begin, item, size);
+  if (tid == 0) lct__lookback_publish(p.lookback, p.epoch, T.begin, item, size);
   /* Build the chunk image in shared memory (for a coded chunk over the raw
    * input, which every thread holds in registers by now); the look-back waits
    * for the chunk's predecessors only once it is built, when they have most
@@ -394,7 +405,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>()) l
     }
   }
   if (warp == 0) {
-    const uint64_t excl = lct__lookback(p.lookback, T.begin, item, size, lane);
+    const uint64_t excl = lct__lookback(p.lookback, p.epoch, T.begin, item, size, lane);
     if (lane == 0) s_excl = excl;
   }
   __syncthreads(); /* codes in place; s_excl published */

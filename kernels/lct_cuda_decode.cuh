@@ -542,22 +542,25 @@ struct lct__chunk_view {
 };
 
 /* The assembler: reads chunk c's place in the chunk table and, where it is
- * valid, its header words into talk, for both warps. */
+ * valid, its header words into talk, for both warps. It runs before the
+ * header kernel's verdict is known, so it checks itself that the table lies
+ * inside the blob. */
 template <int DT>
 __device__ static void lct__chunk_read(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
                                        lct__pair_talk &talk) {
   using L = lct__layout_of<DT>;
   const uint64_t len = T.blob_bytes;
+  const bool table_inside = L::TABLE + 8ull * n_chunks <= len;
   uint64_t off = 0, end = 0;
-  if (lane == 0) {
+  if (lane == 0 && table_inside) {
     const uint64_t *table = reinterpret_cast<const uint64_t *>(T.blob + L::TABLE);
     off = table[c];
     end = c + 1 < n_chunks ? table[c + 1] : len;
   }
   off = __shfl_sync(LCT__FULL, off, 0);
   end = __shfl_sync(LCT__FULL, end, 0);
-  const bool valid = !((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off || end > len ||
-                       end - off < LCT_RAW_CHUNK_HEADER);
+  const bool valid = table_inside && !((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off ||
+                                       end > len || end - off < LCT_RAW_CHUNK_HEADER);
   if (lane < LCT_CODED_CHUNK_HEADER / 4)
     talk.hw[lane] = valid && 4 * lane + 4 <= end - off ? __ldg(reinterpret_cast<const uint32_t *>(T.blob + off) + lane) : 0;
   if (lane == 0) {

@@ -67,6 +67,23 @@ static inline int lct__launch_dependent(void (*kernel)(P), unsigned grid, unsign
 #define LCT__BATCH 128                  /* tensors per launch (kernel parameters, ~7 KiB) */
 #define LCT__FULL 0xffffffffu
 
+/* A launch's parameters: what its tensors share, and the tensors, at most N
+ * (1 or LCT__BATCH: parameters are copied at every launch, and 7 KiB of them
+ * cost it about 2.4 us). */
+template <typename Tensor, typename Common, unsigned N> struct lct__launch_params {
+  Common common;
+  uint32_t count;
+  Tensor t[N];
+};
+
+/* launch(p), with p's one-tensor form where it holds a lone tensor. */
+template <typename Tensor, typename Common, typename F>
+static inline int lct__launch_narrowest(const lct__launch_params<Tensor, Common, LCT__BATCH> &p, F &&launch) {
+  if (p.count != 1) return launch(p);
+  const lct__launch_params<Tensor, Common, 1> one = {p.common, 1, {p.t[0]}};
+  return launch(one);
+}
+
 /* Per dtype: element bytes W, symbol bits S, mantissa bits M (proto/FORMAT.md). */
 template <int DT> struct lct__dt;
 template <> struct lct__dt<LCT_DTYPE_RAW> { static constexpr unsigned W = 1, S = 0, M = 0; };

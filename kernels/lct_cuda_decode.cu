@@ -49,13 +49,7 @@ struct decode_launch {
 
   template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
     if (!p.count) return 0;
-    int rc;
-    if (p.count == 1) {
-      lct__dec_params<1> one = {{p.t[0]}, p.tables, p.ws_status, p.ws_done, 1};
-      rc = launch<DT>(one, n_blocks);
-    } else {
-      rc = launch<DT>(p, n_blocks);
-    }
+    const int rc = lct__launch_narrowest(p, [&](const auto &q) { return launch<DT>(q, n_blocks); });
     p.count = 0;
     return rc;
   }
@@ -63,9 +57,7 @@ struct decode_launch {
   template <int DT> int run() {
     lct__dec_params<LCT__BATCH> p;
     memset(&p, 0, sizeof p);
-    p.tables = tables;
-    p.ws_status = status;
-    p.ws_done = done;
+    p.common = {tables, status, done};
     uint64_t n_blocks = 0;
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];

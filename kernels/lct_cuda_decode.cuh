@@ -20,15 +20,14 @@ struct lct__dec_tensor {
   uint32_t aligned; /* dst is 16-byte aligned */
 };
 
-/* The blobs of a launch, at most N (1 or LCT__BATCH: kernel parameters are
- * copied at every launch, and 7 KiB of them cost it about 2.4 us). */
-template <unsigned N> struct lct__dec_params {
-  lct__dec_tensor t[N];
-  uint8_t *tables;   /* workspace: a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
-  int *ws_status;    /* workspace: status per slot */
-  unsigned *ws_done; /* workspace: finished chunks per slot */
-  uint32_t count;
+/* What the blobs of a decode launch share: the workspace. */
+struct lct__dec_common {
+  uint8_t *tables;   /* a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
+  int *ws_status;    /* status per slot */
+  unsigned *ws_done; /* finished chunks per slot */
 };
+
+template <unsigned N> using lct__dec_params = lct__launch_params<lct__dec_tensor, lct__dec_common, N>;
 
 #define LCT__TABLE_BYTES (LCT__TABLE_ENTRIES * 2) /* workspace per slot */
 
@@ -232,12 +231,12 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
 #pragma unroll
       for (unsigned j = 1; j < 8; j++) e[j] = entry(8 * tid + j);
     }
-    auto *tab = reinterpret_cast<uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
+    auto *tab = reinterpret_cast<uint4 *>(p.common.tables + (size_t)T.slot * LCT__TABLE_BYTES);
     tab[tid] = make_uint4(e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16);
   }
   if (tid == 0) {
-    p.ws_status[T.slot] = err;
-    p.ws_done[T.slot] = 0;
+    p.common.ws_status[T.slot] = err;
+    p.common.ws_done[T.slot] = 0;
     if (n_chunks == 0) *T.status = err;
   }
 }
@@ -886,13 +885,13 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   const bool assembler = warp & 1;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
   const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_PAIRS + pair;
-  int *const wst = p.ws_status + T.slot;
+  int *const wst = p.common.ws_status + T.slot;
   /* The blob's chunk table and chunk headers are the caller's: read before
    * the header kernel is done, which writes the table and status read after. */
   if (assembler && c < n_chunks) lct__chunk_read<DT>(T, c, n_chunks, lane, s_talk[pair]);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (lct__dt<DT>::S > 0) {
-    const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.tables + (size_t)T.slot * LCT__TABLE_BYTES);
+    const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.common.tables + (size_t)T.slot * LCT__TABLE_BYTES);
     for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_PAIRS * 64)
       reinterpret_cast<uint4 *>(s_tab)[i] = __ldg(tab_g + i);
   }
@@ -906,7 +905,7 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   if (assembler && lane == 0) {
     if (err) atomicCAS(wst, 0, err);
     __threadfence();
-    if (atomicAdd(p.ws_done + T.slot, 1u) == n_chunks - 1) {
+    if (atomicAdd(p.common.ws_done + T.slot, 1u) == n_chunks - 1) {
       __threadfence();
       *T.status = *(volatile int *)wst;
     }

@@ -65,16 +65,9 @@ struct encode_launch {
 
   template <int DT> int flush(lct__enc_params<LCT__BATCH> &p, uint64_t n_items) {
     if (!p.count) return 0;
-    p.lookback = ws;
-    p.epoch = next_epoch();
+    p.common = {ws, next_epoch()};
     ws += n_items;
-    int rc;
-    if (p.count == 1) {
-      lct__enc_params<1> one = {{p.t[0]}, p.lookback, p.epoch, 1};
-      rc = launch<DT>(one, n_items);
-    } else {
-      rc = launch<DT>(p, n_items);
-    }
+    const int rc = lct__launch_narrowest(p, [&](const auto &q) { return launch<DT>(q, n_items); });
     p.count = 0;
     return rc;
   }

@@ -30,14 +30,13 @@ struct lct__lb_slot {
   unsigned long long tag, val;
 };
 
-/* The tensors of a launch, at most N (1 or LCT__BATCH: kernel parameters are
- * copied at every launch, and 7 KiB of them cost it about 2.4 us). */
-template <unsigned N> struct lct__enc_params {
-  lct__enc_tensor t[N];
+/* What the tensors of an encode launch share. */
+struct lct__enc_common {
   lct__lb_slot *lookback; /* one slot per work item */
   unsigned long long epoch;
-  uint32_t count;
 };
+
+template <unsigned N> using lct__enc_params = lct__launch_params<lct__enc_tensor, lct__enc_common, N>;
 
 /* Shared-memory word index of chunk word a: one pad word per 32 keeps strided
  * per-thread accesses free of bank conflicts. */
@@ -368,7 +367,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   if (S > 0 && tid == 0 && T.code_bits && LCT_CODED_CHUNK_HEADER + mbytes < raw_size)
     atomicAdd(T.code_bits, (unsigned long long)total);
 
-  if (tid == 0) lct__lookback_publish(p.lookback, p.epoch, T.begin, item, size);
+  if (tid == 0) lct__lookback_publish(p.common.lookback, p.common.epoch, T.begin, item, size);
   /* Build the chunk image in shared memory (for a coded chunk over the raw
    * input, which every thread holds in registers by now); the look-back waits
    * for the chunk's predecessors only once it is built, when they have most
@@ -405,7 +404,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     }
   }
   if (warp == 0) {
-    const uint64_t excl = lct__lookback(p.lookback, p.epoch, T.begin, item, size, lane);
+    const uint64_t excl = lct__lookback(p.common.lookback, p.common.epoch, T.begin, item, size, lane);
     if (lane == 0) s_excl = excl;
   }
   __syncthreads(); /* codes in place; s_excl published */

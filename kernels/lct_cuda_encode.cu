@@ -1,8 +1,9 @@
 /* lct_cuda_encode.cu — launch wrappers for the encoder: argument checks, workspace layout, per-dtype flattened grids. */
 #include <string.h>
 
+#include <sys/random.h>
+
 #include <chrono>
-#include <random>
 
 #include "lct_cuda_encode.cuh"
 
@@ -34,9 +35,10 @@ int check_item(const lct_cuda_encode_item *it) {
  * 2^-64, one that happens to lie in a fresh workspace). */
 unsigned long long next_epoch() {
   static const unsigned long long start = [] {
-    std::random_device rd;
-    const unsigned long long t = (unsigned long long)std::chrono::steady_clock::now().time_since_epoch().count();
-    return ((unsigned long long)rd() << 32 ^ rd()) ^ t * 0x9E3779B97F4A7C15ull;
+    unsigned long long r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) /* no entropy source: the clock */
+      r = (unsigned long long)std::chrono::steady_clock::now().time_since_epoch().count() * 0x9E3779B97F4A7C15ull;
+    return r;
   }();
   static std::atomic<unsigned long long> n{0};
   return start + n.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull; /* odd: no repeat in 2^64 */

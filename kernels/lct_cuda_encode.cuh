@@ -235,7 +235,12 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
 
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t item = blockIdx.x;
-  const lct__enc_tensor &T = p.t[lct__find_tensor(p.t, p.count, item)];
+  /* The block's tensor, found once for all its threads (a search of every
+   * thread kept its results live too, and the register budget spilled). */
+  __shared__ uint32_t s_tensor;
+  if (tid == 0) s_tensor = lct__find_tensor(p.t, p.count, item);
+  __syncthreads();
+  const lct__enc_tensor &T = p.t[s_tensor];
   const uint64_t n_elems = T.n_elems;
   const uint32_t n_chunks = (uint32_t)((n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS);
   const uint64_t data_start = L::TABLE + 8ull * n_chunks;

@@ -115,7 +115,7 @@ extern "C" size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *ite
 extern "C" int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace,
                                      size_t workspace_bytes, cudaStream_t stream) {
   if (!count) return 0;
-  if (!items || !workspace || ((uintptr_t)workspace & 7)) return LCT_EINVAL;
+  if (!items || !workspace || ((uintptr_t)workspace & 15)) return LCT_EINVAL;
   for (size_t i = 0; i < count; i++) {
     int rc = check_item(&items[i]);
     if (rc) return rc;

@@ -24,11 +24,23 @@ struct lct__enc_tensor {
 };
 
 /* A work item's look-back slot: val (a flag, LCT__LB_AGG or LCT__LB_INCL,
- * | a size) counts once tag holds the launch's epoch, written after it. Epochs
- * are drawn anew for every launch, so the workspace needs no clearing. */
-struct lct__lb_slot {
+ * | a size) counts once tag holds the launch's epoch. Epochs are drawn anew
+ * for every launch, so the workspace needs no clearing between launches.
+ * Both words are written and read as one 16-byte access, which the GPU
+ * performs whole (single-pass scans keep flag and value so): no fence. */
+struct __align__(16) lct__lb_slot {
   unsigned long long tag, val;
 };
+
+__device__ static inline void lct__lb_store(lct__lb_slot *s, unsigned long long tag, unsigned long long val) {
+  asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};\n" ::"l"(s), "l"(tag), "l"(val) : "memory");
+}
+
+__device__ static inline lct__lb_slot lct__lb_load(const lct__lb_slot *s) {
+  lct__lb_slot v;
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n" : "=l"(v.tag), "=l"(v.val) : "l"(s) : "memory");
+  return v;
+}
 
 /* What the tensors of an encode launch share. */
 struct lct__enc_common {
@@ -97,9 +109,7 @@ __device__ static void lct__write_header(uint8_t *dst, uint64_t n_elems, uint32_
  * soon as it is known (the tensor's first chunk: its inclusive sum). */
 __device__ static inline void lct__lookback_publish(lct__lb_slot *lb, unsigned long long epoch, uint32_t first,
                                                     uint32_t item, uint32_t size) {
-  atomicExch(&lb[item].val, (item == first ? LCT__LB_INCL : LCT__LB_AGG) | size);
-  __threadfence();
-  atomicExch(&lb[item].tag, epoch);
+  lct__lb_store(lb + item, epoch, (item == first ? LCT__LB_INCL : LCT__LB_AGG) | size);
 }
 
 /* Warp 0, after lct__lookback_publish: returns the sum of the sizes of the
@@ -116,11 +126,11 @@ __device__ static inline uint64_t lct__lookback(lct__lb_slot *lb, unsigned long 
     const int64_t idx = pos - (int64_t)lane;
     uint64_t v = LCT__LB_INCL; /* before the tensor's first chunk: an inclusive zero */
     if (idx >= (int64_t)first) {
-      const volatile unsigned long long *tag = &lb[idx].tag;
-      while (*tag != epoch) {
-      }
-      __threadfence(); /* the val written before the tag */
-      v = *(const volatile unsigned long long *)&lb[idx].val;
+      lct__lb_slot s;
+      do {
+        s = lct__lb_load(lb + idx);
+      } while (s.tag != epoch);
+      v = s.val;
     }
     const uint32_t incl = __ballot_sync(LCT__FULL, (v >> 62) == 2);
     uint64_t val = v & LCT__LB_VALUE;
@@ -132,7 +142,7 @@ __device__ static inline uint64_t lct__lookback(lct__lb_slot *lb, unsigned long 
     excl += lct__warp_sum64(val);
     pos -= 32;
   }
-  if (lane == 0) atomicExch(&lb[item].val, LCT__LB_INCL | (excl + size));
+  if (lane == 0) lct__lb_store(lb + item, epoch, LCT__LB_INCL | (excl + size));
   return excl;
 }
 

@@ -197,6 +197,15 @@ __device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32
   return bits;
 }
 
+/* Where bits >= 32: ORs v into the shared-memory word at address saddr, as
+ * one predicated instruction (C's `if` around an atomic becomes a branch
+ * around its address arithmetic). */
+__device__ static inline void lct__or_if_full(uint32_t bits, uint32_t saddr, uint32_t v) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %0, 32;\n\t@p red.shared.or.b32 [%1], %2;\n\t}\n" ::"r"(bits),
+               "r"(saddr), "r"(v)
+               : "memory");
+}
+
 /* ORs the codes of this thread's first nv elements into the staged code
  * section from word q, bit na on; straight-line code, the flushes predicated.
  * A code (at most 24 bits) at bit na < 32 spills at most one word: its part
@@ -204,6 +213,7 @@ __device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32
 template <unsigned W, unsigned M, bool FULL>
 __device__ static inline void lct__emit_codes(const uint32_t *x, const uint32_t *enc, uint32_t *stage, unsigned q,
                                               unsigned na, unsigned nv) {
+  const uint32_t base = (uint32_t)__cvta_generic_to_shared(stage);
   uint32_t acc = 0;
 #pragma unroll
   for (unsigned e = 0; e < LCT__EPT; e++) {
@@ -213,7 +223,7 @@ __device__ static inline void lct__emit_codes(const uint32_t *x, const uint32_t 
       const uint32_t spill = __funnelshift_l(code, 0, na); /* code >> (32 - na); 0 when na is 0 */
       na += ent >> 24;
       const bool full = na >= 32;
-      if (full) atomicOr(&stage[lct__pidx(q)], acc);
+      lct__or_if_full(na, base + 4 * lct__pidx(q), acc);
       acc = full ? spill : acc;
       q += full;
       na &= 31;

@@ -26,19 +26,26 @@ struct lct__enc_tensor {
 /* A work item's look-back slot: val (a flag, LCT__LB_AGG or LCT__LB_INCL,
  * | a size) counts once tag holds the launch's epoch. Epochs are drawn anew
  * for every launch, so the workspace needs no clearing between launches.
- * Both words are written and read as one 16-byte access, which the GPU
- * performs whole (single-pass scans keep flag and value so): no fence. */
+ * Both words are written and read as one .b128 access: PTX models a
+ * vector access as one access per element, in no set order, but a scalar
+ * 128-bit one as a single access, so a reader sees tag and val of one
+ * store, with no fence between them. */
 struct __align__(16) lct__lb_slot {
   unsigned long long tag, val;
 };
 
 __device__ static inline void lct__lb_store(lct__lb_slot *s, unsigned long long tag, unsigned long long val) {
-  asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};\n" ::"l"(s), "l"(tag), "l"(val) : "memory");
+  asm volatile("{\n.reg .b128 t;\nmov.b128 t, {%1, %2};\nst.relaxed.gpu.global.b128 [%0], t;\n}\n" ::"l"(s), "l"(tag),
+               "l"(val)
+               : "memory");
 }
 
 __device__ static inline lct__lb_slot lct__lb_load(const lct__lb_slot *s) {
   lct__lb_slot v;
-  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n" : "=l"(v.tag), "=l"(v.val) : "l"(s) : "memory");
+  asm volatile("{\n.reg .b128 t;\nld.relaxed.gpu.global.b128 t, [%2];\nmov.b128 {%0, %1}, t;\n}\n"
+               : "=l"(v.tag), "=l"(v.val)
+               : "l"(s)
+               : "memory");
   return v;
 }
 

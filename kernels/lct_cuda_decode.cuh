@@ -32,8 +32,11 @@ template <unsigned N> using lct__dec_params = lct__launch_params<lct__dec_tensor
 #define LCT__TABLE_BYTES (LCT__TABLE_ENTRIES * 2) /* workspace per slot */
 
 /* Decode table of a dtype, indexed by the next 12 stream bits, the first as
- * the index's most significant bit (the code read MSB first). Entry (16
- * bits): code length in bits 0-3, bit 4 (RARE) set for ESC and for an
+ * the index's most significant bit (the code read MSB first); a window's
+ * lookup is at byte offset (window >> SHR) & OFFSETS. Entry (16 bits): SHR
+ * minus the code length in bits 0-4 (the right shift of the window that
+ * brings the next code's index to that place, and the length as the code
+ * reader sums it: see lct__take_pair), bit 5 (RARE) set for ESC and for an
  * invalid code (length 0) so that one OR over a round's entries tells whether
  * it met either, and the symbol from bit SH on: SH = M where the symbol fits
  * above those bits in 16, so that an element is (entry & SYMS) | mantissa
@@ -42,16 +45,19 @@ template <unsigned N> using lct__dec_params = lct__launch_params<lct__dec_tensor
  * masks with SYMS. */
 template <int DT> struct lct__dec_tab {
   static constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
-  static constexpr unsigned SH = M >= 5 && S + M <= 16 ? M : 16 - S;
-  static constexpr uint32_t RARE = 16, SMASK = (1u << S) - 1, SYMS = SMASK << SH;
+  static constexpr unsigned SH = M >= 6 && S + M <= 16 ? M : 16 - S;
+  static constexpr uint32_t RARE = 32, SMASK = (1u << S) - 1, SYMS = SMASK << SH;
   using Ent = uint16_t;
   static constexpr unsigned LOG = 1;                                   /* an index to a byte offset */
   static constexpr uint32_t OFFSETS = (LCT__TABLE_ENTRIES - 1) << LOG; /* the byte offset's bits */
-  static_assert(SH >= 5 && S + SH <= 16 && LCT_MAX_CODE_LEN < 16, "an entry's fields");
+  static constexpr unsigned SHR = 32 - LCT_MAX_CODE_LEN - LOG;
+  static_assert(SH >= 6 && S + SH <= 16 && SHR < 32 && SHR >= LCT_MAX_CODE_LEN, "an entry's fields");
 
   __device__ static Ent entry(unsigned sym, unsigned len, unsigned esc) {
-    return (Ent)(sym == esc ? RARE | len : sym << SH | len);
+    return (Ent)(sym == esc ? RARE | (SHR - len) : sym << SH | (SHR - len));
   }
+  static constexpr uint32_t INVALID = RARE | SHR; /* length 0 */
+  __device__ static uint32_t len(uint32_t e) { return SHR - (e & 31); }
   /* The symbol of entry e (or of a raw symbol at SH) at bit M of an element. */
   __device__ static uint32_t sym_bits(uint32_t e) {
     if constexpr (SH <= M) {
@@ -219,12 +225,12 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
           o = off[l];
         }
       }
-      if (idx >= end) return TAB::RARE; /* an invalid code: length 0 */
+      if (idx >= end) return TAB::INVALID;
       return TAB::entry(s_sorted[o + ((idx - base) >> (CL - len))], len, NSYM - 1);
     };
     uint32_t e[8];
     e[0] = entry(8 * tid);
-    if ((e[0] & 15) && (e[0] & 15) <= CL - 3) {
+    if (TAB::len(e[0]) && TAB::len(e[0]) <= CL - 3) {
 #pragma unroll
       for (unsigned j = 1; j < 8; j++) e[j] = e[0];
     } else {
@@ -362,18 +368,24 @@ struct lct__code_reader {
   uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
 
-/* Moves the reader past the used bits (at most 32) and refreshes the window.
- * Without a branch: lanes diverging here would run both paths one after the
- * other. */
-template <int DT> __device__ static inline void lct__commit(lct__code_reader &r, const uint32_t *ring) {
-  r.pos += r.used;
-  const bool adv = r.pos >= 32;
+/* Moves the reader to bit t of word lo (t < 64, of which only bits 0-5 are
+ * read) and refreshes the window. Without a branch: lanes diverging here
+ * would run both paths one after the other. Both candidate windows are
+ * funnel shifts by t mod 32, so that only their selection waits for t's
+ * bit 5. */
+template <int DT> __device__ static inline void lct__advance(lct__code_reader &r, const uint32_t *ring, uint32_t t) {
+  const bool adv = t & 32;
+  r.win = adv ? __funnelshift_l(r.nw, r.hi, t) : __funnelshift_l(r.hi, r.lo, t);
   r.lo = adv ? r.hi : r.lo;
   r.hi = adv ? r.nw : r.hi;
-  r.pos &= 31;
+  r.pos = t & 31;
   r.wa += adv;
   if (adv) r.nw = __brev(ring[r.wa & (lct__dec_cfg<DT>::RW - 1)]);
-  r.win = __funnelshift_l(r.hi, r.lo, r.pos);
+}
+
+/* Moves the reader past the used bits (at most 32). */
+template <int DT> __device__ static inline void lct__commit(lct__code_reader &r, const uint32_t *ring) {
+  lct__advance<DT>(r, ring, r.pos + r.used);
   r.used = 0;
 }
 
@@ -389,7 +401,7 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
   using TAB = lct__dec_tab<DT>;
   static_assert(2 * LCT_MAX_CODE_LEN <= 32, "a window holds the two codes of a pair");
   static_assert(LCT_MAX_CODE_LEN + TAB::S <= 32, "a window holds an ESC code and its raw symbol");
-  const uint32_t ent = (uint32_t)tab[r.win >> (32 - LCT_MAX_CODE_LEN)], l = ent & 15;
+  const uint32_t ent = (uint32_t)tab[r.win >> (32 - LCT_MAX_CODE_LEN)], l = TAB::len(ent);
   if (__builtin_expect(!(ent & TAB::RARE), 1)) {
     r.win <<= l;
     r.used += l;
@@ -404,21 +416,24 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
 }
 
 /* Takes two symbols from a fresh window as if neither were ESC or invalid,
- * without a branch: *pair gets their two entries (the first in the low half),
- * and the return value is the OR of both (RARE set: the round is decoded
- * again by lct__take_symbol). Each lookup's byte offset is the window's top
- * 13 bits with the lowest cleared. */
+ * without a branch, and moves the reader past them: *pair gets their two
+ * entries (the first in the low half), and the return value is the OR of
+ * both (RARE set: the round is decoded again by lct__take_symbol). The
+ * chain from one lookup to the next is kept short, as it is the decoder's
+ * critical path: the second lookup's offset is the window shifted right by
+ * the first entry itself (a funnel shift reads its low 5 bits, SHR - l0),
+ * and the reader's new place, pos + l0 + l1 = pos + 2 SHR - e0 - e1 modulo
+ * 64, takes the whole entries: what lies above bit 5 drops out. */
 template <int DT>
 __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
-                                                 uint32_t *pair) {
+                                                 const uint32_t *ring, uint32_t *pair) {
   using TAB = lct__dec_tab<DT>;
   using Ent = typename TAB::Ent;
   const char *base = reinterpret_cast<const char *>(tab);
-  constexpr unsigned SHR = 32 - LCT_MAX_CODE_LEN - TAB::LOG;
-  const uint32_t e0 = *reinterpret_cast<const Ent *>(base + ((r.win >> SHR) & TAB::OFFSETS)), l0 = e0 & 15;
-  const uint32_t e1 = *reinterpret_cast<const Ent *>(base + (((r.win << l0) >> SHR) & TAB::OFFSETS));
-  r.used = l0 + (e1 & 15);
+  const uint32_t e0 = *reinterpret_cast<const Ent *>(base + ((r.win >> TAB::SHR) & TAB::OFFSETS));
+  const uint32_t e1 = *reinterpret_cast<const Ent *>(base + (__funnelshift_r(r.win, 0, e0) & TAB::OFFSETS));
   *pair = __byte_perm(e0, e1, 0x5410);
+  lct__advance<DT>(r, ring, r.pos + 2 * TAB::SHR - e0 - e1);
   return e0 | e1;
 }
 
@@ -704,10 +719,10 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
           lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 2);
           const uint32_t s0 = lct__take_symbol<DT>(r, tab, ring);
           out[32 * p] = s0 | lct__take_symbol<DT>(r, tab, ring) << 16;
+          lct__commit<DT>(r, ring);
         } else {
-          seen |= lct__take_pair<DT>(r, tab, &out[32 * p]);
+          seen |= lct__take_pair<DT>(r, tab, ring, &out[32 * p]);
         }
-        lct__commit<DT>(r, ring);
       };
       /* Without ESC a symbol takes at most 12 bits: the round's codes at most 12 words. */
       if constexpr (!EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 12);
@@ -870,8 +885,11 @@ __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typ
   return LCT_ECORRUPT; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
 }
 
-/* A warp pair per chunk (even warps read codes, odd ones assemble),
- * LCT__DEC_PAIRS chunks of one blob per block. */
+/* A warp pair per chunk, LCT__DEC_PAIRS chunks of one blob per block: warp
+ * p reads pair p's codes, warp LCT__DEC_PAIRS + p assembles them. An SM
+ * issues warp w's instructions from its scheduler w % 4, so every scheduler
+ * gets as many readers (the critical path) as assemblers; with readers on
+ * even warps, two schedulers held all of them. */
 template <int DT, unsigned N>
 __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params<N> p) {
@@ -881,8 +899,8 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   __shared__ int s_known;
   __shared__ lct__pair_talk s_talk[LCT__DEC_PAIRS];
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp >> 1;
-  const bool assembler = warp & 1;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % LCT__DEC_PAIRS;
+  const bool assembler = warp >= LCT__DEC_PAIRS;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
   const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_PAIRS + pair;
   int *const wst = p.common.ws_status + T.slot;

@@ -204,9 +204,11 @@ __device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32
   return bits;
 }
 
-/* Where bits >= 32: ORs v into the shared-memory word at address saddr, as
- * one predicated instruction (C's `if` around an atomic becomes a branch
- * around its address arithmetic). */
+/* Where bits >= 32: ORs v into the shared-memory word at address saddr. As
+ * C's `if` around an atomic, the address arithmetic went behind the branch
+ * too; under a PTX predicate it is done unconditionally, though ptxas still
+ * branches around the atomic itself (a BSSY/BRA/BSYNC per word, by Nsight
+ * Compute's SASS). */
 __device__ static inline void lct__or_if_full(uint32_t bits, uint32_t saddr, uint32_t v) {
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %0, 32;\n\t@p red.shared.or.b32 [%1], %2;\n\t}\n" ::"r"(bits),
                "r"(saddr), "r"(v)
@@ -214,7 +216,7 @@ __device__ static inline void lct__or_if_full(uint32_t bits, uint32_t saddr, uin
 }
 
 /* ORs the codes of this thread's first nv elements into the staged code
- * section from word q, bit na on; straight-line code, the flushes predicated.
+ * section from word q, bit na on; straight-line code but for the flushes.
  * A code (at most 24 bits) at bit na < 32 spills at most one word: its part
  * past the word is one funnel shift. */
 template <unsigned W, unsigned M, bool FULL>

@@ -368,8 +368,8 @@ struct lct__code_reader {
   uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
 
-/* Moves the reader to bit t of word lo (t < 64, of which only bits 0-5 are
- * read) and refreshes the window. Without a branch: lanes diverging here
+/* Moves the reader to bit t mod 64 of word lo (t's higher bits are not read:
+ * lct__take_pair leaves garbage there) and refreshes the window. Without a branch: lanes diverging here
  * would run both paths one after the other. Both candidate windows are
  * funnel shifts by t mod 32, so that only their selection waits for t's
  * bit 5. */

@@ -17,7 +17,7 @@
 #define LCT__IPC_CACHE 64 /* client allocations kept mapped; the least recently used idle one is closed */
 #define LCT__BATCH_GROUP 1024 /* segments of a device batch per launch group (one wait each) */
 #define LCT__BATCH_CODEBOOKS 2048 /* device codebooks kept for batches, direct-mapped by codebook id */
-#define LCT__BATCH_ENCODE_WORK (8u << 20) /* encode workspace of a group: a few bytes per chunk */
+#define LCT__BATCH_ENCODE_WORK (8u << 20) /* encode workspace of a group: 16 bytes per chunk */
 #define LCT__BATCH_HISTS 256 /* tensors whose histograms one wait of a batch collects */
 #define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
 

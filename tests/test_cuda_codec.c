@@ -465,6 +465,16 @@ Test(cuda_codec, batch_equals_single) {
   if (lct_cuda_decode_workspace_size(COUNT) > ws_bytes) ws_bytes = lct_cuda_decode_workspace_size(COUNT);
   void *ws;
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  /* The workspace is reused as a service reuses it: a launch before, over
+   * other bytes, leaves other chunk sizes in the look-back slots, which the
+   * real launch must not take for its own. */
+  lct_cuda_encode_item other[COUNT];
+  memcpy(other, enc, sizeof other);
+  CUDA_OK(cudaMemset(d_out, 0x3c, total_in + 256));
+  for (int i = 0; i < COUNT; i++) other[i].src = d_out + ((const uint8_t *)enc[i].src - d_in);
+  cr_assert_eq(lct_cuda_encode_batch(other, COUNT, ws, ws_bytes, 0), 0);
+  CUDA_OK(cudaMemset(d_bits, 0, sizeof bits));
+  CUDA_OK(cudaMemset(d_hist, 0, COUNT * bins * sizeof *d_hist));
   cr_assert_eq(lct_cuda_encode_batch(enc, COUNT, ws, ws_bytes, 0), 0);
   CUDA_OK(cudaMemcpy(sizes, d_sizes, sizeof sizes, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(bits, d_bits, sizeof bits, cudaMemcpyDeviceToHost));

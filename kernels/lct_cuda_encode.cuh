@@ -193,14 +193,20 @@ __device__ static inline void lct__count_symbols(const uint32_t *x, uint32_t *bi
   }
 }
 
-/* Sum of the code bits of this thread's first nv elements (FULL: all 32). */
+/* Sum of the code bits of this thread's first nv elements (FULL: all 32);
+ * *wide gets whether any of them writes 16 bits or more. */
 template <unsigned W, unsigned M, bool FULL>
-__device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32_t *enc, unsigned nv) {
-  uint32_t bits = 0;
+__device__ static inline uint32_t lct__code_bits(const uint32_t *x, const uint32_t *enc, unsigned nv, bool *wide) {
+  uint32_t bits = 0, counts = 0;
 #pragma unroll
   for (unsigned e = 0; e < LCT__EPT; e++) {
-    if (FULL || e < nv) bits += enc[lct__elem<W>(x, e) >> M] >> 24;
+    if (FULL || e < nv) {
+      const uint32_t ent = enc[lct__elem<W>(x, e) >> M];
+      bits += ent >> 24;
+      counts |= ent;
+    }
   }
+  *wide = counts >> 28; /* a count of 16 or more has bit 4 set */
   return bits;
 }
 
@@ -215,30 +221,60 @@ __device__ static inline void lct__or_if_full(uint32_t bits, uint32_t saddr, uin
                : "memory");
 }
 
-/* ORs the codes of this thread's first nv elements into the staged code
- * section from word q, bit na on; straight-line code but for the flushes.
- * A code (at most 24 bits) at bit na < 32 spills at most one word: its part
- * past the word is one funnel shift. */
+/* A thread's code bits on their way into the staged code section: acc holds
+ * the first na bits of word q, which it shares with the thread before. */
+struct lct__code_sink {
+  uint32_t base, q, na, acc;
+};
+
+/* Appends code, len bits with len + na < 64 (so that it spills at most one
+ * word: its part past the word is one funnel shift), ORing the word in once
+ * it is full. Straight-line code but for the flush. */
+__device__ static inline void lct__sink_put(lct__code_sink &s, uint32_t code, uint32_t len) {
+  s.acc |= code << s.na;
+  const uint32_t spill = __funnelshift_l(code, 0, s.na); /* code >> (32 - na); 0 when na is 0 */
+  s.na += len;
+  const bool full = s.na >= 32;
+  lct__or_if_full(s.na, s.base + 4 * lct__pidx(s.q), s.acc);
+  s.acc = full ? spill : s.acc;
+  s.q += full;
+  s.na &= 31;
+}
+
+/* The last, partial word. */
+__device__ static inline void lct__sink_close(lct__code_sink &s, uint32_t *stage) {
+  if (s.na) atomicOr(&stage[lct__pidx(s.q)], s.acc);
+}
+
+/* ORs the codes of this thread's first nv elements (at most 24 bits each)
+ * into the staged code section from word q, bit na on. */
 template <unsigned W, unsigned M, bool FULL>
 __device__ static inline void lct__emit_codes(const uint32_t *x, const uint32_t *enc, uint32_t *stage, unsigned q,
                                               unsigned na, unsigned nv) {
-  const uint32_t base = (uint32_t)__cvta_generic_to_shared(stage);
-  uint32_t acc = 0;
+  lct__code_sink s{(uint32_t)__cvta_generic_to_shared(stage), q, na, 0};
 #pragma unroll
   for (unsigned e = 0; e < LCT__EPT; e++) {
     if (FULL || e < nv) {
-      const uint32_t ent = enc[lct__elem<W>(x, e) >> M], code = ent & 0xffffffu;
-      acc |= code << na;
-      const uint32_t spill = __funnelshift_l(code, 0, na); /* code >> (32 - na); 0 when na is 0 */
-      na += ent >> 24;
-      const bool full = na >= 32;
-      lct__or_if_full(na, base + 4 * lct__pidx(q), acc);
-      acc = full ? spill : acc;
-      q += full;
-      na &= 31;
+      const uint32_t ent = enc[lct__elem<W>(x, e) >> M];
+      lct__sink_put(s, ent & 0xffffffu, ent >> 24);
     }
   }
-  if (na) atomicOr(&stage[lct__pidx(q)], acc);
+  lct__sink_close(s, stage);
+}
+
+/* lct__emit_codes for all 32 elements of a thread none of whose codes takes
+ * 16 bits or more: two codes at a time (at most 30 bits), half the flushes,
+ * which are most of the emission's instructions. */
+template <unsigned W, unsigned M>
+__device__ static inline void lct__emit_code_pairs(const uint32_t *x, const uint32_t *enc, uint32_t *stage,
+                                                   unsigned q, unsigned na) {
+  lct__code_sink s{(uint32_t)__cvta_generic_to_shared(stage), q, na, 0};
+#pragma unroll
+  for (unsigned e = 0; e < LCT__EPT; e += 2) {
+    const uint32_t e0 = enc[lct__elem<W>(x, e) >> M], e1 = enc[lct__elem<W>(x, e + 1) >> M], l0 = e0 >> 24;
+    lct__sink_put(s, (e0 & 0xffffffu) | (e1 & 0xffffffu) << l0, l0 + (e1 >> 24));
+  }
+  lct__sink_close(s, stage);
 }
 
 /* Blocks per SM the register budget is sized for: 3 (42 registers) where the
@@ -346,6 +382,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   const unsigned e0 = tid * LCT__EPT;
   const unsigned nv = n > e0 ? min(n - e0, (unsigned)LCT__EPT) : 0;
   uint32_t mor = 0, tbits = 0;
+  bool wide = true; /* some code of the thread's takes 16 bits or more */
   if constexpr (S > 0) {
 #pragma unroll
     for (unsigned j = 0; j < WPT; j++) mor |= x[j];
@@ -353,7 +390,8 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     if (W == 1) mor |= mor >> 8 | mor >> 16 | mor >> 24;
     mor &= MMASK;
     if (T.hist) lct__count_symbols<W, M>(x, s_hist, nv);
-    tbits = nv == LCT__EPT ? lct__code_bits<W, M, true>(x, s_enc, nv) : lct__code_bits<W, M, false>(x, s_enc, nv);
+    tbits = nv == LCT__EPT ? lct__code_bits<W, M, true>(x, s_enc, nv, &wide)
+                           : lct__code_bits<W, M, false>(x, s_enc, nv, &wide);
   }
   /* Block scan of code bits (thread order is stream order), lane-stream sums. */
   uint32_t incl = tbits;
@@ -430,7 +468,9 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   if constexpr (S > 0) {
     if (coded && tbits) { /* neighbours share boundary words: OR them in */
       const unsigned q = code0 + (bitpos >> 5), na = bitpos & 31;
-      if (nv == LCT__EPT) {
+      if (nv == LCT__EPT && !wide) {
+        lct__emit_code_pairs<W, M>(x, s_enc, stage, q, na);
+      } else if (nv == LCT__EPT) {
         lct__emit_codes<W, M, true>(x, s_enc, stage, q, na, nv);
       } else {
         lct__emit_codes<W, M, false>(x, s_enc, stage, q, na, nv);

@@ -20,7 +20,7 @@ int check_item(const lct_cuda_decode_item *it) {
 
 /* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
  * kernel (one block per blob), then, as its programmatic dependent, the chunk
- * kernel (a warp pair per chunk, LCT__DEC_PAIRS chunks of one blob per block).
+ * kernel (a warp pair per chunk, lct__dec_cfg::PAIRS chunks of one blob per block).
  * A lone blob goes with the one-blob parameters. */
 struct decode_launch {
   const lct_cuda_decode_item *items;
@@ -43,8 +43,8 @@ struct decode_launch {
       int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N>, (int)smem, true, dev, attrs_set);
       if (rc) return rc;
     }
-    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N>, (unsigned)n_blocks, LCT__DEC_PAIRS * 64, smem,
-                                 stream, p);
+    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N>, (unsigned)n_blocks, lct__dec_cfg<DT>::PAIRS * 64,
+                                 smem, stream, p);
   }
 
   template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
@@ -62,7 +62,8 @@ struct decode_launch {
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      const uint64_t blocks = (lct_chunk_count(it->n_elems) + LCT__DEC_PAIRS - 1) / LCT__DEC_PAIRS;
+      constexpr unsigned pairs = lct__dec_cfg<DT>::PAIRS;
+      const uint64_t blocks = (lct_chunk_count(it->n_elems) + pairs - 1) / pairs;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
         int rc = flush<DT>(p, n_blocks);
         if (rc) return rc;

@@ -5,7 +5,6 @@
 #include "lct_cuda_common.cuh"
 
 #define LCT__HDR_THREADS 512
-#define LCT__DEC_PAIRS 4 /* chunks (warp pairs) per block, sharing one decode table */
 #define LCT__TABLE_ENTRIES (1u << LCT_MAX_CODE_LEN)
 
 /* One blob of a decode launch. */
@@ -15,7 +14,7 @@ struct lct__dec_tensor {
   uint8_t *dst;
   uint64_t n_elems;
   int *status;
-  uint32_t begin;   /* its first chunk block in the launch (LCT__DEC_PAIRS chunks each) */
+  uint32_t begin;   /* its first chunk block in the launch (lct__dec_cfg::PAIRS chunks each) */
   uint32_t slot;    /* its index in the workspace arrays */
   uint32_t aligned; /* dst is 16-byte aligned */
 };
@@ -297,22 +296,36 @@ template <int DT> struct lct__dec_cfg {
                                 : 32 / M >= 4  ? 4
                                 : 32 / M >= 2  ? 2
                                                : 1;
-  /* Code ring per lane, in 16-byte granules: 8 stay a round ahead of streams
-   * of up to ~12 bits per symbol. */
+  /* Code ring per lane, in 16-byte granules. The assembler refills it a
+   * round behind the reader (lct__read_codes), so 8 hold a round after one
+   * that took up to 16 words less the granule the reader stands in: a
+   * round without ESC takes at most 12. */
   static constexpr unsigned RG = 8;
   static constexpr unsigned RW = 4 * RG;
   static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
-  static_assert(4 * RG >= 12 + 4, "a full ring must hold the words a round without ESC may read");
+  /* Store groups a lane stages before they are written out (64 bytes, a
+   * round's at most): the fewer lanes a store instruction covers, the fewer
+   * cache lines it writes parts of. */
+  static constexpr unsigned F = 32 / G < 4 ? 32 / G : 4;
+  /* Chunks (warp pairs) per block, sharing one decode table: for 2-byte
+   * dtypes 8, so that two blocks (1024 threads, 64 registers) fit in
+   * shared memory; for f32 (longer mantissa rows) and fp8 (80 registers) 4,
+   * in three blocks. Fewer pairs per block would leave a grid of one wave
+   * unevenly spread over the SMs. */
+  static constexpr unsigned PAIRS = W == 2 ? 8 : 4;
+  static_assert(4 * RG >= 2 * 12 + 1 + 3,
+                "a ring holds two rounds without ESC, the word read ahead and the rest of the reader's granule");
 };
 
 /* Shared memory of one chunk's warp pair: the reader's code ring (row t: lane
- * t's), the round's symbols handed to the assembler (two rounds: pair p of
- * lane t's symbols, two entries, at [p][t]), and the assembler's round rows
- * of mantissas (row t: lane t's k words of the round) and output staging
- * (lane t's two latest store groups). */
+ * t's) and where the reader stands in it, the round's symbols handed to the
+ * assembler (two rounds: pair p of lane t's symbols, two entries, at [p][t]),
+ * and the assembler's round rows of mantissas (row t: lane t's k words of the
+ * round) and output staging (lane t's latest F store groups). */
 template <int DT> struct lct__dec_pair_smem {
-  uint4 stage[64];
+  uint4 stage[32 * lct__dec_cfg<DT>::F];
   uint32_t code[32][lct__dec_cfg<DT>::RW];
+  uint32_t wa[2][32]; /* per lane, the reader's word position after round rd, at [rd & 1] (lct__read_codes) */
   uint32_t syms[2][16][32];
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
 };
@@ -330,7 +343,7 @@ struct lct__pair_talk {
 };
 
 template <int DT> struct lct__dec_smem {
-  lct__dec_pair_smem<DT> pair[LCT__DEC_PAIRS];
+  lct__dec_pair_smem<DT> pair[lct__dec_cfg<DT>::PAIRS];
 };
 
 /* Dynamic shared memory of a chunk block (none for dtype raw: no codes); the
@@ -341,12 +354,14 @@ template <int DT> constexpr size_t lct__dec_table_bytes() {
 }
 
 /* Blocks per SM the register budget is set for: as many as shared memory
- * admits (228 KiB, 1 KiB reserved per block; 3 for f32's long mantissa
- * rows), at most 4 (64 registers), 3 for fp8 (80 registers for the
- * assembler's 16-element store groups). */
+ * admits (228 KiB, 1 KiB reserved per block), up to 1024 threads (64
+ * registers; fp8: 768, for 80 registers and the assembler's 16-element store
+ * groups). */
 template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
-  constexpr unsigned cap = lct__dt<DT>::W == 1 ? 3 : 4,
+  constexpr unsigned threads = 64 * lct__dec_cfg<DT>::PAIRS, cap = (lct__dt<DT>::W == 1 ? 768 : 1024) / threads,
                      fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + lct__dec_table_bytes<DT>() + 1024);
+  static_assert(lct__dec_cfg<DT>::PAIRS < 16 && (fit < cap ? fit : cap) * lct__dec_cfg<DT>::PAIRS >= 12,
+                "a named barrier per pair; at least 12 pairs per SM");
   return fit < cap ? fit : cap;
 }
 
@@ -360,10 +375,11 @@ __device__ static inline void lct__pair_sync(unsigned id) { asm volatile("bar.sy
  * code section's start rounded down to 16 bytes; the ring holds words in
  * 16-byte granules, granule g in slot g % RG. The reader stands at stream bit
  * 32 (wa - 2) + pos, pos < 32: lo and hi are words wa - 2 and wa - 1, nw is
- * word wa, read from the ring one advance ahead, each bit-reversed. win is
- * the 32 stream bits from there on, the first as its most significant bit
- * (one funnel shift, no 64-bit shifts), with the used bits taken since
- * shifted out. bad: an invalid code was read. */
+ * word wa, read one advance ahead (from the ring or the code section:
+ * lct__ring_words, lct__section_words), each bit-reversed. win is the 32
+ * stream bits from there on, the first as its most significant bit (one
+ * funnel shift, no 64-bit shifts), with the used bits taken since shifted
+ * out. bad: an invalid code was read. */
 struct lct__code_reader {
   uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
@@ -373,19 +389,20 @@ struct lct__code_reader {
  * would run both paths one after the other. Both candidate windows are
  * funnel shifts by t mod 32, so that only their selection waits for t's
  * bit 5. */
-template <int DT> __device__ static inline void lct__advance(lct__code_reader &r, const uint32_t *ring, uint32_t t) {
+template <typename Words>
+__device__ static inline void lct__advance(lct__code_reader &r, const Words &words, uint32_t t) {
   const bool adv = t & 32;
   r.win = adv ? __funnelshift_l(r.nw, r.hi, t) : __funnelshift_l(r.hi, r.lo, t);
   r.lo = adv ? r.hi : r.lo;
   r.hi = adv ? r.nw : r.hi;
   r.pos = t & 31;
   r.wa += adv;
-  if (adv) r.nw = __brev(ring[r.wa & (lct__dec_cfg<DT>::RW - 1)]);
+  if (adv) r.nw = __brev(words(r.wa));
 }
 
 /* Moves the reader past the used bits (at most 32). */
-template <int DT> __device__ static inline void lct__commit(lct__code_reader &r, const uint32_t *ring) {
-  lct__advance<DT>(r, ring, r.pos + r.used);
+template <typename Words> __device__ static inline void lct__commit(lct__code_reader &r, const Words &words) {
+  lct__advance(r, words, r.pos + r.used);
   r.used = 0;
 }
 
@@ -395,9 +412,9 @@ template <int DT> __device__ static inline void lct__commit(lct__code_reader &r,
  * window covers two, and the symbol loop commits once per pair; ESC's raw
  * symbol may need more bits than are left, so that path commits before it
  * and again after, leaving a fresh window as a commit does. */
-template <int DT>
+template <int DT, typename Words>
 __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
-                                                   const uint32_t *ring) {
+                                                   const Words &words) {
   using TAB = lct__dec_tab<DT>;
   static_assert(2 * LCT_MAX_CODE_LEN <= 32, "a window holds the two codes of a pair");
   static_assert(LCT_MAX_CODE_LEN + TAB::S <= 32, "a window holds an ESC code and its raw symbol");
@@ -408,10 +425,10 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
     return ent & TAB::SYMS;
   }
   r.bad |= l == 0;
-  lct__commit<DT>(r, ring);
+  lct__commit(r, words);
   const uint32_t sym = __brev(r.win << l) & TAB::SMASK; /* written LSB-first */
   r.used = l + TAB::S;
-  lct__commit<DT>(r, ring);
+  lct__commit(r, words);
   return sym << TAB::SH;
 }
 
@@ -424,17 +441,38 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
  * the first entry itself (a funnel shift reads its low 5 bits, SHR - l0),
  * and the reader's new place, pos + l0 + l1 = pos + 2 SHR - e0 - e1 modulo
  * 64, takes the whole entries: what lies above bit 5 drops out. */
-template <int DT>
+template <int DT, typename Words>
 __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
-                                                 const uint32_t *ring, uint32_t *pair) {
+                                                 const Words &words, uint32_t *pair) {
   using TAB = lct__dec_tab<DT>;
   using Ent = typename TAB::Ent;
   const char *base = reinterpret_cast<const char *>(tab);
   const uint32_t e0 = *reinterpret_cast<const Ent *>(base + ((r.win >> TAB::SHR) & TAB::OFFSETS));
   const uint32_t e1 = *reinterpret_cast<const Ent *>(base + (__funnelshift_r(r.win, 0, e0) & TAB::OFFSETS));
   *pair = __byte_perm(e0, e1, 0x5410);
-  lct__advance<DT>(r, ring, r.pos + 2 * TAB::SHR - e0 - e1);
+  lct__advance(r, words, r.pos + 2 * TAB::SHR - e0 - e1);
   return e0 | e1;
+}
+
+/* Where a code reader takes stream word wa from: its lane's ring row (the
+ * fast pass, over words that have landed there: see lct__read_codes) or the
+ * code section itself (the exact pass, rare: nothing to wait for). */
+template <int DT> struct lct__ring_words {
+  const uint32_t *row;
+  __device__ uint32_t operator()(uint32_t wa) const { return row[wa & (lct__dec_cfg<DT>::RW - 1)]; }
+};
+
+/* Reader words of a code section ending at word cend: zero past it (never consumed). */
+struct lct__section_words {
+  const uint32_t *cbase;
+  uint32_t cend;
+  __device__ uint32_t operator()(uint32_t wa) const { return wa < cend ? __ldg(cbase + wa) : 0; }
+};
+
+/* The granules a ring holds once filled for a reader at word wa: those
+ * before the limit (the slots of the granules before wa's are free). */
+template <int DT> __device__ static inline uint32_t lct__ring_limit(uint32_t wa) {
+  return (wa >> 2) + lct__dec_cfg<DT>::RG;
 }
 
 /* Copies code granule g into its ring slot: 16 bytes when the granule lies
@@ -454,13 +492,13 @@ __device__ static inline void lct__fetch_granule(uint32_t *ring, const uint32_t 
   }
 }
 
-/* Fetches granules from gfill on into the slots the reader is done with (the
- * granules before the one holding word wa); returns the new gfill. */
+/* Fetches granules from gfill on into the slots a reader at word wa is done
+ * with; returns the new gfill. */
 template <int DT>
 __device__ static inline uint32_t lct__code_topup(uint32_t *ring, const uint32_t *cbase, uint32_t cend, uint32_t gfill,
                                                   uint32_t wa) {
 #pragma unroll 1
-  for (; gfill < (wa >> 2) + lct__dec_cfg<DT>::RG; gfill++) lct__fetch_granule<DT>(ring, cbase, gfill, cend);
+  for (; gfill < lct__ring_limit<DT>(wa); gfill++) lct__fetch_granule<DT>(ring, cbase, gfill, cend);
   return gfill;
 }
 
@@ -506,39 +544,29 @@ template <int DT> __device__ static inline uint32_t lct__mant_window(const uint3
   return __funnelshift_r(row[b >> 5], row[next], b) << trim;
 }
 
-/* Slot of half h (a store group) of lane t's staged 32 bytes, swizzled so that
- * both a lane-per-row write and a two-threads-per-row read hit 8 distinct
- * 16-byte bank groups per quarter warp. */
-__device__ static inline uint32_t lct__stage_slot(uint32_t t, uint32_t h) { return 2 * t + (h ^ ((t >> 2) & 1)); }
+/* Slot of store group h of lane t's staged groups, swizzled so that both a
+ * lane-per-row write of one group and the flush's F-threads-per-row read
+ * hit 8 distinct 16-byte bank groups per quarter warp. */
+template <int DT> __device__ static inline uint32_t lct__stage_slot(uint32_t t, uint32_t h) {
+  constexpr unsigned F = lct__dec_cfg<DT>::F;
+  return F * t + (h ^ ((t * F / 8) & (F - 1)));
+}
 
-/* Writes the staged store groups j / G and j / G + 1 of round rd of every
- * lane that has them in full: two threads per lane, so each store instruction
- * writes whole 32-byte sectors (16-byte stores of 32 lanes 1 KiB apart leave
- * every sector half-written, which the memory system turns into
+/* Writes the staged store groups j / G to j / G + F - 1 of round rd of every
+ * lane that has them in full: F threads per lane, so each store instruction
+ * writes whole 32-byte sectors of few lines (16-byte stores of 32 lanes 1 KiB
+ * apart leave every sector half-written, which the memory system turns into
  * read-modify-writes). */
 template <int DT>
 __device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out, uint32_t n, uint32_t rd, uint32_t j,
                                                unsigned lane) {
-  constexpr unsigned W = lct__dt<DT>::W, G = lct__dec_cfg<DT>::G;
-  /* Half h of lanes t and t + 16: their slots are 32 apart, their elements 16 lanes. */
-  const uint32_t t = lane >> 1, h = lane & 1, e = t * LCT_LANE_ELEMS + 32 * rd + j + h * G;
-  const uint32_t slot = lct__stage_slot(t, h);
-  uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)e * W);
-  if (e + G <= n) dst[0] = stage[slot];
-  if (e + 16 * LCT_LANE_ELEMS + G <= n) dst[16 * LCT_LANE_ELEMS * W / 16] = stage[slot + 32];
-}
-
-/* Slow path, when the ring may hold fewer landed words than the next
- * `words` (a lane far longer than its neighbours, many ESCs): top it up and
- * wait for it. */
-template <int DT>
-__device__ static inline void lct__code_ensure(const lct__code_reader &r, uint32_t *ring, const uint32_t *cbase,
-                                               uint32_t cend, uint32_t &gfill, uint32_t &gdone, uint32_t words) {
-  if (r.wa + words + 1 > 4 * gdone) {
-    gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
-    lct__cp_commit();
-    lct__cp_wait<0>();
-    gdone = gfill;
+  using C = lct__dec_cfg<DT>;
+  constexpr unsigned W = C::W, G = C::G, F = C::F;
+  const uint32_t h = lane % F;
+#pragma unroll
+  for (uint32_t i = 0; i < F; i++) {
+    const uint32_t t = i * (32 / F) + lane / F, e = t * LCT_LANE_ELEMS + 32 * rd + j + h * G;
+    if (e + G <= n) *reinterpret_cast<uint4 *>(out + (size_t)e * W) = stage[lct__stage_slot<DT>(t, h)];
   }
 }
 
@@ -668,64 +696,78 @@ __device__ static int lct__coded_open(const lct__chunk_view &v, unsigned lane, l
   return 0;
 }
 
+/* A lane's code stream as its ring holds it: reader word v is cbase[v],
+ * cbase being the code section's start rounded down to 16 bytes; the
+ * section ends at reader word cend, and the lane's stream starts at reader
+ * bit bit0. Both warps of a pair derive it from the same view. */
+struct lct__code_origin {
+  const uint32_t *cbase;
+  uint32_t cend, bit0;
+};
+
+__device__ static inline lct__code_origin lct__code_origin_of(const lct__coded_view &cv) {
+  const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
+  const uint32_t phase = (uint32_t)(cv.code - cbase);
+  return {cbase, phase + cv.hwords, 32 * phase + cv.start};
+}
+
 /* Rounds of 32 elements per lane in a chunk of n elements. */
 __device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32; }
 
 /* The reader warp of a coded chunk: lane t follows lane t's code stream and
  * hands each round's symbols over in sm.syms, then its verdict (an invalid
  * code, a stream not consuming exactly lane_bits, nonzero code padding) in
- * talk.bad. */
+ * talk.bad. It fills the code ring once; from then on the assembler refills
+ * it (lct__assemble), off the reader's path, from the position the reader
+ * leaves in sm.wa at each hand-over. What the assembler fetches in round rd
+ * lands before the barrier that ends it, so the reader may read it from
+ * round rd + 2 on. */
 template <int DT>
 __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
                                        const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
                                        lct__pair_talk &talk, unsigned bar) {
-  using C = lct__dec_cfg<DT>;
   const uint32_t rounds = lct__rounds(v.n);
-  /* Lane t's code stream starts at reader bit bit0; the ring starts full. */
-  const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
-  const uint32_t phase = (uint32_t)(cv.code - cbase), cend = phase + cv.hwords, bit0 = 32 * phase + cv.start;
-  uint32_t *const ring = sm.code[lane];
-  uint32_t gfill = lct__code_topup<DT>(ring, cbase, cend, bit0 >> 7, bit0 >> 5);
+  const lct__code_origin o = lct__code_origin_of(cv);
+  const lct__ring_words<DT> ring{sm.code[lane]};
+  const lct__section_words section{o.cbase, o.cend};
+  const uint32_t w0 = o.bit0 >> 5;
+  lct__code_topup<DT>(sm.code[lane], o.cbase, o.cend, o.bit0 >> 7, w0);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
-  uint32_t gdone = gfill; /* granules below gdone have landed */
 
   lct__code_reader r;
-  const uint32_t w0 = bit0 >> 5;
-  r.lo = __brev(ring[w0 & (C::RW - 1)]);
-  r.hi = __brev(ring[(w0 + 1) & (C::RW - 1)]);
+  r.lo = __brev(ring(w0));
+  r.hi = __brev(ring(w0 + 1));
   r.wa = w0 + 2;
-  r.nw = __brev(ring[r.wa & (C::RW - 1)]);
-  r.pos = bit0 & 31;
+  r.nw = __brev(ring(r.wa));
+  r.pos = o.bit0 & 31;
   r.win = __funnelshift_l(r.hi, r.lo, r.pos);
   r.used = 0;
   r.bad = 0;
+  /* Granules before gdone have landed in the ring: the first fill, then what
+   * the assembler fetched for the position handed over a round before the
+   * latest (wa_prev). */
+  uint32_t gdone = lct__ring_limit<DT>(w0), wa_prev = w0;
 
   for (uint32_t rd = 0; rd < rounds; rd++) {
-    /* In flight while this round decodes: the granules that refill the ring. */
-    gfill = lct__code_topup<DT>(ring, cbase, cend, gfill, r.wa);
-    lct__cp_commit();
     uint32_t *const out = &sm.syms[rd & 1][0][lane];
     const uint32_t jn = cv.nt > 32 * rd ? min(cv.nt - 32 * rd, 32u) : 0;
-    /* The round's pairs of symbols, by take_pair (EXACT false: returns the
-     * OR of the entries it read) or by take_symbol. */
+    /* The round's pairs of symbols, by take_pair from the ring (EXACT false:
+     * returns the OR of the entries it read) or by take_symbol from the
+     * code section. */
     auto pairs = [&](auto exact) -> uint32_t {
       constexpr bool EXACT = decltype(exact)::value;
       uint32_t seen = 0;
       auto pair = [&](uint32_t p) {
         if constexpr (EXACT) {
-          /* Two symbols take at most two words: one, ESC and raw symbol included, is under 32 bits. */
-          lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 2);
-          const uint32_t s0 = lct__take_symbol<DT>(r, tab, ring);
-          out[32 * p] = s0 | lct__take_symbol<DT>(r, tab, ring) << 16;
-          lct__commit<DT>(r, ring);
+          const uint32_t s0 = lct__take_symbol<DT>(r, tab, section);
+          out[32 * p] = s0 | lct__take_symbol<DT>(r, tab, section) << 16;
+          lct__commit(r, section);
         } else {
           seen |= lct__take_pair<DT>(r, tab, ring, &out[32 * p]);
         }
       };
-      /* Without ESC a symbol takes at most 12 bits: the round's codes at most 12 words. */
-      if constexpr (!EXACT) lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 12);
       if (__all_sync(LCT__FULL, jn == 32)) {
 #pragma unroll
         for (uint32_t p = 0; p < 16; p++) pair(p);
@@ -735,27 +777,28 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
       }
       return seen;
     };
-    /* Most rounds hold no ESC and no invalid code: decoded without a branch
-     * per symbol. A round where any lane met one is decoded again, by the
-     * whole warp, from the state saved here (the first pass refills no
-     * ring slot: its one top-up comes before its first symbol). */
+    /* Most rounds hold no ESC and no invalid code, so a symbol takes at most
+     * 12 bits and the round at most 12 words (and one read ahead): where
+     * every lane's have landed, the round is decoded without a branch per
+     * symbol. Where not, or where any lane met ESC or an invalid code, the
+     * whole warp decodes it exactly, from the state saved here. */
     const lct__code_reader saved = r;
-    if (__any_sync(LCT__FULL, pairs(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
+    const bool landed = __all_sync(LCT__FULL, r.wa + 13 <= 4 * gdone);
+    if (!landed || __any_sync(LCT__FULL, pairs(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
       r = saved;
       pairs(lct__bool<true>());
     }
     if (jn & 1) { /* a partial lane's odd last symbol, by the exact reader */
-      lct__code_ensure<DT>(r, ring, cbase, cend, gfill, gdone, 1);
-      out[32 * (jn >> 1)] = lct__take_symbol<DT>(r, tab, ring);
-      lct__commit<DT>(r, ring);
+      out[32 * (jn >> 1)] = lct__take_symbol<DT>(r, tab, section);
+      lct__commit(r, section);
     }
-    lct__cp_wait<0>();
-    __syncwarp(); /* every lane is done with the ring words this round read */
-    gdone = gfill;
+    sm.wa[rd & 1][lane] = r.wa;
+    gdone = lct__ring_limit<DT>(wa_prev);
+    wa_prev = r.wa;
     lct__pair_sync(bar); /* hand the round over */
   }
   /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
-  uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - bit0 != cv.lb;
+  uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - o.bit0 != cv.lb;
   if (lane == 0 && (cv.total & 31)) bad |= __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31);
   bad = __any_sync(LCT__FULL, bad);
   if (lane == 0) talk.bad = bad;
@@ -775,13 +818,15 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   const uint32_t n = v.n, k = cv.k, trim = v.trim;
   uint8_t *const out = v.out;
   const lct__mant_walk walk = lct__mant_walk_of(k, lane);
+  const lct__code_origin o = lct__code_origin_of(cv);
+  uint32_t gfill = lct__ring_limit<DT>(o.bit0 >> 5); /* the granule after the reader's first fill */
   lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, 0, walk);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
 
   const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
-  const uint32_t slot0 = lct__stage_slot(lane, 0); /* lct__stage_slot(lane, h) == slot0 ^ h */
+  constexpr unsigned F = C::F;
   const uint32_t rounds = lct__rounds(n);
   uint32_t chk = 0, mw = (v.mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
   for (uint32_t rd = 0; rd < rounds; rd++) {
@@ -789,13 +834,17 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
     if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], cv.mant, cv.mwords, k, rd + 1, walk);
     lct__cp_commit();
     lct__pair_sync(bar); /* the reader has handed this round over */
+    /* The ring slots the reader is done with get the granules it may read
+     * from round rd + 2 on (see lct__read_codes), in flight with the rows. */
+    if (rd + 2 < rounds) gfill = lct__code_topup<DT>(sm.code[lane], o.cbase, o.cend, gfill, sm.wa[rd & 1][lane]);
+    lct__cp_commit();
     const uint32_t *const syms = &sm.syms[rd & 1][0][lane];
     const uint32_t *row = sm.mant[rd & 1][lane];
     const uint32_t jn = cv.nt > 32 * rd ? min(cv.nt - 32 * rd, 32u) : 0;
     const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
-    for (uint32_t j = 0; j < jw; j += 2 * G) { /* pairs of store groups, then a flush */
+    for (uint32_t j = 0; j < jw; j += F * G) { /* F store groups, then a flush */
 #pragma unroll
-      for (uint32_t h = 0; h < 2; h++) {
+      for (uint32_t h = 0; h < F; h++) {
         if (j + h * G + G > jn) continue;
         uint32_t x[G], w[4];
 #pragma unroll
@@ -828,7 +877,7 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
           mw += 2 * LCT__CHECK_MUL;
         }
         if (aligned) {
-          sm.stage[slot0 ^ h] = make_uint4(w[0], w[1], w[2], w[3]);
+          sm.stage[lct__stage_slot<DT>(lane, h)] = make_uint4(w[0], w[1], w[2], w[3]);
         } else {
           const uint32_t e = e0 + 32 * rd + j + h * G;
 #pragma unroll
@@ -885,24 +934,25 @@ __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typ
   return LCT_ECORRUPT; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
 }
 
-/* A warp pair per chunk, LCT__DEC_PAIRS chunks of one blob per block: warp
- * p reads pair p's codes, warp LCT__DEC_PAIRS + p assembles them. An SM
- * issues warp w's instructions from its scheduler w % 4, so every scheduler
- * gets as many readers (the critical path) as assemblers; with readers on
- * even warps, two schedulers held all of them. */
+/* A warp pair per chunk, PAIRS chunks of one blob per block: warp p reads
+ * pair p's codes, warp PAIRS + p assembles them. An SM issues warp w's
+ * instructions from its scheduler w % 4, so every scheduler gets as many
+ * readers (the critical path) as assemblers; with readers on even warps, two
+ * schedulers held all of them. */
 template <int DT, unsigned N>
-__global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT>())
+__global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params<N> p) {
+  constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
   using Ent = typename lct__dec_tab<DT>::Ent;
   __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
   __shared__ int s_known;
-  __shared__ lct__pair_talk s_talk[LCT__DEC_PAIRS];
+  __shared__ lct__pair_talk s_talk[PAIRS];
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % LCT__DEC_PAIRS;
-  const bool assembler = warp >= LCT__DEC_PAIRS;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % PAIRS;
+  const bool assembler = warp >= PAIRS;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_PAIRS + pair;
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * PAIRS + pair;
   int *const wst = p.common.ws_status + T.slot;
   /* The blob's chunk table and chunk headers are the caller's: read before
    * the header kernel is done, which writes the table and status read after. */
@@ -910,7 +960,7 @@ __global__ void __launch_bounds__(LCT__DEC_PAIRS * 64, lct__dec_blocks_per_sm<DT
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (lct__dt<DT>::S > 0) {
     const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.common.tables + (size_t)T.slot * LCT__TABLE_BYTES);
-    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_PAIRS * 64)
+    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += PAIRS * 64)
       reinterpret_cast<uint4 *>(s_tab)[i] = __ldg(tab_g + i);
   }
   /* Skip the work once the blob is known corrupt (read once: both warps of a pair must agree). */

@@ -313,6 +313,7 @@ template <int DT> struct lct__dec_cfg {
    * in three blocks. Fewer pairs per block would leave a grid of one wave
    * unevenly spread over the SMs. */
   static constexpr unsigned PAIRS = W == 2 ? 8 : 4;
+  static_assert(W != 2 || E % 2 == 0, "2-byte elements are assembled in pairs");
   static_assert(4 * RG >= 2 * 12 + 1 + 3,
                 "a ring holds two rounds without ESC, the word read ahead and the rest of the reader's granule");
 };
@@ -826,6 +827,7 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   __syncwarp();
 
   const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+  const uint32_t up = 16 - k; /* 2-byte dtypes: moves the mantissa after an element's to the word's upper half */
   constexpr unsigned F = C::F;
   const uint32_t rounds = lct__rounds(n);
   uint32_t chk = 0, mw = (v.mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
@@ -846,33 +848,45 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
 #pragma unroll
       for (uint32_t h = 0; h < F; h++) {
         if (j + h * G + G > jn) continue;
-        uint32_t x[G], w[4];
-#pragma unroll
-        for (unsigned g = 0; g < G; g += 2) {
-          const uint32_t pair = syms[32 * ((j + h * G + g) >> 1)];
-          x[g] = TAB::sym_bits(pair);
-          x[g + 1] = TAB::sym_bits(pair >> 16);
-        }
-        /* Mantissas: E at a time, from a 32-bit window of the row's bits. */
+        uint32_t w[4]; /* the group's raw words */
         const uint32_t b0 = (j + h * G) * k;
+        if constexpr (W == 2) {
+          /* Two elements per word as the reader handed them over: their
+           * symbols in place, each mantissa ORed in at its half. */
 #pragma unroll
-        for (unsigned i = 0; i < G; i += E) {
-          uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);
+          for (unsigned i = 0; i < G; i += E) {
+            uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);
 #pragma unroll
-          for (unsigned g = 0; g < E; g++) {
-            x[i + g] |= mv & kmask;
-            mv >>= k;
+            for (unsigned g = 0; g < E; g += 2) {
+              const uint32_t pair = syms[32 * ((j + h * G + i + g) >> 1)];
+              w[(i + g) / 2] = (pair & (TAB::SYMS * 0x10001u)) | (mv & kmask) | ((mv << up) & (kmask << 16));
+              mv >>= 2 * k;
+            }
           }
+        } else {
+          uint32_t x[G];
+#pragma unroll
+          for (unsigned g = 0; g < G; g += 2) {
+            const uint32_t pair = syms[32 * ((j + h * G + g) >> 1)];
+            x[g] = TAB::sym_bits(pair);
+            x[g + 1] = TAB::sym_bits(pair >> 16);
+          }
+          /* Mantissas: E at a time, from a 32-bit window of the row's bits. */
+#pragma unroll
+          for (unsigned i = 0; i < G; i += E) {
+            uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);
+#pragma unroll
+            for (unsigned g = 0; g < E; g++) {
+              x[i + g] |= mv & kmask;
+              mv >>= k;
+            }
+          }
+#pragma unroll
+          for (unsigned i = 0; i < 4; i++)
+            w[i] = W == 4 ? x[i] : x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
         }
 #pragma unroll
         for (unsigned i = 0; i < 4; i++) {
-          if (W == 4) {
-            w[i] = x[i];
-          } else if (W == 2) {
-            w[i] = __byte_perm(x[2 * i], x[2 * i + 1], 0x5410); /* the low halves */
-          } else {
-            w[i] = x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
-          }
           chk += w[i] * mw;
           mw += 2 * LCT__CHECK_MUL;
         }
@@ -881,7 +895,7 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
         } else {
           const uint32_t e = e0 + 32 * rd + j + h * G;
 #pragma unroll
-          for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, x[g]);
+          for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, w[g * W / 4] >> (8 * ((g * W) & 3)));
         }
       }
       if (aligned) {

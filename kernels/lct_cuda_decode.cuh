@@ -297,14 +297,13 @@ template <int DT> struct lct__dec_cfg {
                                 : 32 / M >= 2  ? 2
                                                : 1;
   /* Code ring per lane, in 16-byte granules. The assembler refills it a
-   * round behind the reader (lct__read_codes), so 8 hold a round after one
-   * that took up to 16 words less the granule the reader stands in: a
-   * round without ESC takes at most 12. */
+   * round behind the reader (lct__read_codes), so 8 hold the next fast pass
+   * after any round without ESC, which takes at most 12 words. */
   static constexpr unsigned RG = 8;
   static constexpr unsigned RW = 4 * RG;
   static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
-  /* Store groups a lane stages before they are written out (64 bytes, a
-   * round's at most): the fewer lanes a store instruction covers, the fewer
+  /* Store groups a lane stages before they are written out (64 bytes, or a
+   * round's where that is less): the fewer lanes a store instruction covers, the fewer
    * cache lines it writes parts of. */
   static constexpr unsigned F = 32 / G < 4 ? 32 / G : 4;
   /* Chunks (warp pairs) per block, sharing one decode table: for 2-byte
@@ -314,8 +313,8 @@ template <int DT> struct lct__dec_cfg {
    * unevenly spread over the SMs. */
   static constexpr unsigned PAIRS = W == 2 ? 8 : 4;
   static_assert(W != 2 || E % 2 == 0, "2-byte elements are assembled in pairs");
-  static_assert(4 * RG >= 2 * 12 + 1 + 3,
-                "a ring holds two rounds without ESC, the word read ahead and the rest of the reader's granule");
+  static_assert(4 * RG >= 12 + 17 + 3,
+                "a ring holds a round without ESC, the next fast pass's reads and the rest of the reader's granule");
 };
 
 /* Shared memory of one chunk's warp pair: the reader's code ring (row t: lane
@@ -409,7 +408,8 @@ template <typename Words> __device__ static inline void lct__commit(lct__code_re
 
 /* Takes one symbol, ESC and invalid codes included, and returns it as an
  * entry's symbol field (at SH): the exact reader, for rounds that met either
- * and for a lane's odd last symbol. A code takes at most 12 bits, so a fresh
+ * or whose ring words had not landed, and for a lane's odd last symbol; it
+ * reads the code section itself (lct__section_words). A code takes at most 12 bits, so a fresh
  * window covers two, and the symbol loop commits once per pair; ESC's raw
  * symbol may need more bits than are left, so that path commits before it
  * and again after, leaving a fresh window as a commit does. */
@@ -778,13 +778,16 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
       }
       return seen;
     };
-    /* Most rounds hold no ESC and no invalid code, so a symbol takes at most
-     * 12 bits and the round at most 12 words (and one read ahead): where
-     * every lane's have landed, the round is decoded without a branch per
-     * symbol. Where not, or where any lane met ESC or an invalid code, the
-     * whole warp decodes it exactly, from the state saved here. */
+    /* Most rounds hold no ESC and no invalid code: decoded without a branch
+     * per symbol where every lane's ring words have landed. The fast pass
+     * reads at most 16 words past wa, one per pair (12 where it meets
+     * neither, a symbol then taking at most 12 bits; the entries of ESC and
+     * invalid codes move it by a word more, in a pass that is thrown away).
+     * Where they have not landed, or where any lane met ESC or an invalid
+     * code, the whole warp decodes the round exactly, from the state saved
+     * here. */
     const lct__code_reader saved = r;
-    const bool landed = __all_sync(LCT__FULL, r.wa + 13 <= 4 * gdone);
+    const bool landed = __all_sync(LCT__FULL, r.wa + 17 <= 4 * gdone);
     if (!landed || __any_sync(LCT__FULL, pairs(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
       r = saved;
       pairs(lct__bool<true>());
@@ -827,7 +830,6 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   __syncwarp();
 
   const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
-  const uint32_t up = 16 - k; /* 2-byte dtypes: moves the mantissa after an element's to the word's upper half */
   constexpr unsigned F = C::F;
   const uint32_t rounds = lct__rounds(n);
   uint32_t chk = 0, mw = (v.mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
@@ -852,7 +854,9 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
         const uint32_t b0 = (j + h * G) * k;
         if constexpr (W == 2) {
           /* Two elements per word as the reader handed them over: their
-           * symbols in place, each mantissa ORed in at its half. */
+           * symbols in place, each mantissa ORed in at its half (the second
+           * moved up by 16 - k). */
+          const uint32_t up = 16 - k;
 #pragma unroll
           for (unsigned i = 0; i < G; i += E) {
             uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);

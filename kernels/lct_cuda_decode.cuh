@@ -303,8 +303,8 @@ template <int DT> struct lct__dec_cfg {
   static constexpr unsigned RW = 4 * RG;
   static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
   /* Store groups a lane stages before they are written out (64 bytes, or a
-   * round's where that is less): the fewer lanes a store instruction covers, the fewer
-   * cache lines it writes parts of. */
+   * round's where that is less): the fewer lanes a store instruction
+   * covers, the fewer cache lines it writes parts of. */
   static constexpr unsigned F = 32 / G < 4 ? 32 / G : 4;
   /* Chunks (warp pairs) per block, sharing one decode table: for 2-byte
    * dtypes 8, so that two blocks (1024 threads, 64 registers) fit in
@@ -384,11 +384,11 @@ struct lct__code_reader {
   uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
 
-/* Moves the reader to bit t mod 64 of word lo (t's higher bits are not read:
- * lct__take_pair leaves garbage there) and refreshes the window. Without a branch: lanes diverging here
- * would run both paths one after the other. Both candidate windows are
- * funnel shifts by t mod 32, so that only their selection waits for t's
- * bit 5. */
+/* Moves the reader to bit t mod 64 of word lo (t's higher bits are not
+ * read: lct__take_pair leaves garbage there) and refreshes the window.
+ * Without a branch: lanes diverging here would run both paths one after the
+ * other. Both candidate windows are funnel shifts by t mod 32, so that only
+ * their selection waits for t's bit 5. */
 template <typename Words>
 __device__ static inline void lct__advance(lct__code_reader &r, const Words &words, uint32_t t) {
   const bool adv = t & 32;
@@ -409,10 +409,11 @@ template <typename Words> __device__ static inline void lct__commit(lct__code_re
 /* Takes one symbol, ESC and invalid codes included, and returns it as an
  * entry's symbol field (at SH): the exact reader, for rounds that met either
  * or whose ring words had not landed, and for a lane's odd last symbol; it
- * reads the code section itself (lct__section_words). A code takes at most 12 bits, so a fresh
- * window covers two, and the symbol loop commits once per pair; ESC's raw
- * symbol may need more bits than are left, so that path commits before it
- * and again after, leaving a fresh window as a commit does. */
+ * reads the code section itself (lct__section_words). A code takes at most
+ * 12 bits, so a fresh window covers two, and the symbol loop commits once
+ * per pair; ESC's raw symbol may need more bits than are left, so that path
+ * commits before it and again after, leaving a fresh window as a commit
+ * does. */
 template <int DT, typename Words>
 __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
                                                    const Words &words) {
@@ -455,6 +456,15 @@ __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const type
   return e0 | e1;
 }
 
+/* A lane's code stream as its ring holds it: reader word v is cbase[v],
+ * cbase being the code section's start rounded down to 16 bytes; the
+ * section ends at reader word cend, and the lane's stream starts at reader
+ * bit bit0. Both warps of a pair derive it from the same view. */
+struct lct__code_origin {
+  const uint32_t *cbase;
+  uint32_t cend, bit0;
+};
+
 /* Where a code reader takes stream word wa from: its lane's ring row (the
  * fast pass, over words that have landed there: see lct__read_codes) or the
  * code section itself (the exact pass, rare: nothing to wait for). */
@@ -493,13 +503,13 @@ __device__ static inline void lct__fetch_granule(uint32_t *ring, const uint32_t 
   }
 }
 
-/* Fetches granules from gfill on into the slots a reader at word wa is done
- * with; returns the new gfill. */
+/* Fetches granules of the stream at o from gfill on into the slots a reader
+ * at word wa is done with; returns the new gfill. */
 template <int DT>
-__device__ static inline uint32_t lct__code_topup(uint32_t *ring, const uint32_t *cbase, uint32_t cend, uint32_t gfill,
+__device__ static inline uint32_t lct__code_topup(uint32_t *ring, const lct__code_origin &o, uint32_t gfill,
                                                   uint32_t wa) {
 #pragma unroll 1
-  for (; gfill < lct__ring_limit<DT>(wa); gfill++) lct__fetch_granule<DT>(ring, cbase, gfill, cend);
+  for (; gfill < lct__ring_limit<DT>(wa); gfill++) lct__fetch_granule<DT>(ring, o.cbase, gfill, o.cend);
   return gfill;
 }
 
@@ -605,7 +615,8 @@ __device__ static void lct__chunk_read(const lct__dec_tensor &T, uint32_t c, uin
   const bool valid = table_inside && !((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off ||
                                        end > len || end - off < LCT_RAW_CHUNK_HEADER);
   if (lane < LCT_CODED_CHUNK_HEADER / 4)
-    talk.hw[lane] = valid && 4 * lane + 4 <= end - off ? __ldg(reinterpret_cast<const uint32_t *>(T.blob + off) + lane) : 0;
+    talk.hw[lane] =
+        valid && 4 * lane + 4 <= end - off ? __ldg(reinterpret_cast<const uint32_t *>(T.blob + off) + lane) : 0;
   if (lane == 0) {
     talk.off = valid ? off : 1;
     talk.end = valid ? end : 0;
@@ -697,15 +708,7 @@ __device__ static int lct__coded_open(const lct__chunk_view &v, unsigned lane, l
   return 0;
 }
 
-/* A lane's code stream as its ring holds it: reader word v is cbase[v],
- * cbase being the code section's start rounded down to 16 bytes; the
- * section ends at reader word cend, and the lane's stream starts at reader
- * bit bit0. Both warps of a pair derive it from the same view. */
-struct lct__code_origin {
-  const uint32_t *cbase;
-  uint32_t cend, bit0;
-};
-
+/* The origin of lane `lane`'s stream, as both warps of a pair derive it. */
 __device__ static inline lct__code_origin lct__code_origin_of(const lct__coded_view &cv) {
   const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
   const uint32_t phase = (uint32_t)(cv.code - cbase);
@@ -714,6 +717,11 @@ __device__ static inline lct__code_origin lct__code_origin_of(const lct__coded_v
 
 /* Rounds of 32 elements per lane in a chunk of n elements. */
 __device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32; }
+
+/* Elements of round rd of a lane of nt elements. */
+__device__ static inline uint32_t lct__round_elems(uint32_t nt, uint32_t rd) {
+  return nt > 32 * rd ? min(nt - 32 * rd, 32u) : 0;
+}
 
 /* The reader warp of a coded chunk: lane t follows lane t's code stream and
  * hands each round's symbols over in sm.syms, then its verdict (an invalid
@@ -732,7 +740,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   const lct__ring_words<DT> ring{sm.code[lane]};
   const lct__section_words section{o.cbase, o.cend};
   const uint32_t w0 = o.bit0 >> 5;
-  lct__code_topup<DT>(sm.code[lane], o.cbase, o.cend, o.bit0 >> 7, w0);
+  lct__code_topup<DT>(sm.code[lane], o, o.bit0 >> 7, w0);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
@@ -753,7 +761,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
 
   for (uint32_t rd = 0; rd < rounds; rd++) {
     uint32_t *const out = &sm.syms[rd & 1][0][lane];
-    const uint32_t jn = cv.nt > 32 * rd ? min(cv.nt - 32 * rd, 32u) : 0;
+    const uint32_t jn = lct__round_elems(cv.nt, rd);
     /* The round's pairs of symbols, by take_pair from the ring (EXACT false:
      * returns the OR of the entries it read) or by take_symbol from the
      * code section. */
@@ -840,11 +848,11 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
     lct__pair_sync(bar); /* the reader has handed this round over */
     /* The ring slots the reader is done with get the granules it may read
      * from round rd + 2 on (see lct__read_codes), in flight with the rows. */
-    if (rd + 2 < rounds) gfill = lct__code_topup<DT>(sm.code[lane], o.cbase, o.cend, gfill, sm.wa[rd & 1][lane]);
+    if (rd + 2 < rounds) gfill = lct__code_topup<DT>(sm.code[lane], o, gfill, sm.wa[rd & 1][lane]);
     lct__cp_commit();
     const uint32_t *const syms = &sm.syms[rd & 1][0][lane];
     const uint32_t *row = sm.mant[rd & 1][lane];
-    const uint32_t jn = cv.nt > 32 * rd ? min(cv.nt - 32 * rd, 32u) : 0;
+    const uint32_t jn = lct__round_elems(cv.nt, rd);
     const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
     for (uint32_t j = 0; j < jw; j += F * G) { /* F store groups, then a flush */
 #pragma unroll
@@ -929,9 +937,10 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
 /* The warp pair of chunk c, once the assembler has read its place and
  * header into talk (lct__chunk_read): both derive its view from that one
  * reading (a blob rewritten under them, by a dst overlapping a blob of the
- * launch, cannot send them different ways: the chunk then fails). Both copy a raw chunk; of a coded one the reader reads
- * the codes while the assembler rebuilds the elements. Returns
- * (warp-uniformly) the chunk's status to the assembler, 0 to the reader. */
+ * launch, cannot send them different ways: the chunk then fails). Both copy
+ * a raw chunk; of a coded one the reader reads the codes while the assembler
+ * rebuilds the elements. Returns (warp-uniformly) the chunk's status to the
+ * assembler, 0 to the reader. */
 template <int DT>
 __device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
                                              lct__dec_pair_smem<DT> &sm, lct__pair_talk &talk, uint32_t c,

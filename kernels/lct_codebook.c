@@ -1,42 +1,14 @@
-/* lct_codebook.c — dtypes, symbol histograms and canonical length-limited Huffman codebooks. */
+/* lct_codebook.c — symbol histograms and canonical length-limited Huffman codebooks. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "lct_codec.h"
 #include "lct_codec_internal.h"
 
-static const struct {
-  const char *name;
-  uint8_t width;
-  uint8_t sym_bits;
-} dtype_table[LCT_DTYPE_COUNT] = {
-    [LCT_DTYPE_RAW] = {"raw", 1, 0},       [LCT_DTYPE_F32] = {"f32", 4, 10},
-    [LCT_DTYPE_BF16] = {"bf16", 2, 10},    [LCT_DTYPE_F16] = {"f16", 2, 7},
-    [LCT_DTYPE_F8E4M3] = {"f8e4m3", 1, 6}, [LCT_DTYPE_F8E5M2] = {"f8e5m2", 1, 7},
-};
-
-static int dtype_known(int dtype) { return dtype >= 0 && dtype < LCT_DTYPE_COUNT; }
-
-size_t lct_dtype_size(int dtype) { return dtype_known(dtype) ? dtype_table[dtype].width : 0; }
-
-unsigned lct_dtype_symbol_bits(int dtype) { return dtype_known(dtype) ? dtype_table[dtype].sym_bits : 0; }
-
-const char *lct_dtype_name(int dtype) { return dtype_known(dtype) ? dtype_table[dtype].name : NULL; }
-
-int lct_dtype_parse(const char *name, lct_dtype *out) {
-  for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
-    if (name && strcmp(name, dtype_table[d].name) == 0) {
-      *out = (lct_dtype)d;
-      return 0;
-    }
-  }
-  return LCT_EDTYPE;
-}
-
 int lct__dtype_layout(int dtype, lct__layout *lay) {
-  if (!dtype_known(dtype)) return LCT_EDTYPE;
-  lay->width = dtype_table[dtype].width;
-  lay->sym_bits = dtype_table[dtype].sym_bits;
+  lay->width = (unsigned)lct_dtype_size((lct_dtype)dtype);
+  if (!lay->width) return LCT_EDTYPE;
+  lay->sym_bits = lct_dtype_symbol_bits((lct_dtype)dtype);
   lay->mant_bits = lay->sym_bits ? 8 * lay->width - lay->sym_bits : 0;
   lay->n_syms = lay->sym_bits ? (1u << lay->sym_bits) + 1 : 0;
   return 0;

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lct_dtype.h"
 #include "lct_error.h"
 
 #ifdef __cplusplus
@@ -21,24 +22,6 @@ extern "C" {
 #define LCT_RAW_CHUNK_HEADER 8
 #define LCT_CODED_CHUNK_HEADER 72
 
-typedef enum {
-  LCT_DTYPE_RAW = 0,
-  LCT_DTYPE_F32 = 1,
-  LCT_DTYPE_BF16 = 2,
-  LCT_DTYPE_F16 = 3,
-  LCT_DTYPE_F8E4M3 = 4,
-  LCT_DTYPE_F8E5M2 = 5,
-} lct_dtype;
-#define LCT_DTYPE_COUNT 6
-
-/* Bytes per element (1 for raw); 0 for an unknown dtype. */
-size_t lct_dtype_size(int dtype);
-/* Symbol bits coded per element: sign, exponent and the top mantissa bit (0 for raw). */
-unsigned lct_dtype_symbol_bits(int dtype);
-/* "f32", "bf16", "f16", "f8e4m3", "f8e5m2", "raw"; NULL if unknown. */
-const char *lct_dtype_name(int dtype);
-/* Parses a dtype name; LCT_EDTYPE if unknown. */
-int lct_dtype_parse(const char *name, lct_dtype *out);
 
 static inline uint64_t lct_chunk_count(uint64_t n_elems) {
   return (n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS;

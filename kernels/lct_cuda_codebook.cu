@@ -7,7 +7,7 @@
 /* The device form of cb in host memory: canonical codes as every decoder
  * derives them from the serialized bytes. */
 static int lct__codebook_image(const lct_codebook *cb, lct__dev_codebook *h) {
-  const unsigned s = lct_dtype_symbol_bits(cb->dtype);
+  const unsigned s = lct_dtype_symbol_bits((lct_dtype)cb->dtype);
   uint8_t bytes[4 * LCT__CB_WORDS] = {0};
   const size_t cb_bytes = lct_codebook_bytes(cb->dtype);
   lct_codebook canon;

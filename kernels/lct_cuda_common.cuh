@@ -62,8 +62,8 @@ static inline int lct__launch_dependent(void (*kernel)(P), unsigned grid, unsign
 
 #define LCT__CHECK_MUL 0x9E3779B1u
 #define LCT__MAGIC 0x5A54434Cu          /* "LCTZ" read as a little-endian u32 */
-#define LCT__MAX_SYM_BITS 10
-#define LCT__CB_WORDS 130               /* pad8(ceil((2^10 + 1) / 2)) / 4 */
+#define LCT__MAX_SYM_BITS 10            /* the widest symbol of lct_dtype.h's table */
+#define LCT__CB_WORDS ((((1u << (LCT__MAX_SYM_BITS - 1)) + 1 + 7) & ~7u) / 4) /* pad8(ceil((2^s + 1) / 2)) / 4 */
 #define LCT__BATCH 128                  /* tensors per launch (kernel parameters, ~7 KiB) */
 #define LCT__FULL 0xffffffffu
 
@@ -84,14 +84,19 @@ static inline int lct__launch_narrowest(const lct__launch_params<Tensor, Common,
   return launch(one);
 }
 
-/* Per dtype: element bytes W, symbol bits S, mantissa bits M (proto/FORMAT.md). */
+/* Per dtype, from lct_dtype.h's table: element bytes W, symbol bits S,
+ * mantissa bits M (proto/FORMAT.md). */
 template <int DT> struct lct__dt;
-template <> struct lct__dt<LCT_DTYPE_RAW> { static constexpr unsigned W = 1, S = 0, M = 0; };
-template <> struct lct__dt<LCT_DTYPE_F32> { static constexpr unsigned W = 4, S = 10, M = 22; };
-template <> struct lct__dt<LCT_DTYPE_BF16> { static constexpr unsigned W = 2, S = 10, M = 6; };
-template <> struct lct__dt<LCT_DTYPE_F16> { static constexpr unsigned W = 2, S = 7, M = 9; };
-template <> struct lct__dt<LCT_DTYPE_F8E4M3> { static constexpr unsigned W = 1, S = 6, M = 2; };
-template <> struct lct__dt<LCT_DTYPE_F8E5M2> { static constexpr unsigned W = 1, S = 7, M = 1; };
+#define LCT__DT_TRAITS(id, name, value, width, sym_bits)                   \
+  template <> struct lct__dt<LCT_DTYPE_##id> {                             \
+    static constexpr unsigned W = width, S = sym_bits, M = S ? 8 * W - S : 0; \
+  };
+LCT_DTYPE_MAP(LCT__DT_TRAITS)
+#undef LCT__DT_TRAITS
+#define LCT__DT_FITS(id, name, value, width, sym_bits) \
+  static_assert(sym_bits <= LCT__MAX_SYM_BITS, "a symbol wider than the device codebook's tables");
+LCT_DTYPE_MAP(LCT__DT_FITS)
+#undef LCT__DT_FITS
 
 /* Blob layout constants of a dtype. */
 template <int DT> struct lct__layout_of {
@@ -183,12 +188,10 @@ __device__ static inline unsigned lct__find_tensor(const T *t, unsigned count, u
 /* Calls f.template run<DT>() for a runtime dtype; LCT_EDTYPE if unknown. */
 template <typename F> static inline int lct__dispatch(int dtype, F &f) {
   switch (dtype) {
-  case LCT_DTYPE_RAW: return f.template run<LCT_DTYPE_RAW>();
-  case LCT_DTYPE_F32: return f.template run<LCT_DTYPE_F32>();
-  case LCT_DTYPE_BF16: return f.template run<LCT_DTYPE_BF16>();
-  case LCT_DTYPE_F16: return f.template run<LCT_DTYPE_F16>();
-  case LCT_DTYPE_F8E4M3: return f.template run<LCT_DTYPE_F8E4M3>();
-  case LCT_DTYPE_F8E5M2: return f.template run<LCT_DTYPE_F8E5M2>();
+#define LCT__DT_CASE(id, name, value, width, sym_bits) \
+  case LCT_DTYPE_##id: return f.template run<LCT_DTYPE_##id>();
+    LCT_DTYPE_MAP(LCT__DT_CASE)
+#undef LCT__DT_CASE
   }
   return LCT_EDTYPE;
 }

@@ -9,7 +9,7 @@ constexpr uint64_t kMaxBlocksPerLaunch = 0x7fffffffu;
 constexpr size_t kTableBytes = LCT__TABLE_BYTES;
 
 int check_item(const lct_cuda_decode_item *it) {
-  const size_t w = lct_dtype_size(it->dtype);
+  const size_t w = lct_dtype_size((lct_dtype)it->dtype);
   if (!w) return LCT_EDTYPE;
   if (it->n_elems > UINT64_MAX / 8 || lct_chunk_count(it->n_elems) >= kMaxBlocksPerLaunch) return LCT_E2BIG;
   if (!it->blob || ((uintptr_t)it->blob & 7)) return LCT_EINVAL;

@@ -18,14 +18,14 @@ uint64_t work_items(uint64_t n_elems) {
 }
 
 int check_item(const lct_cuda_encode_item *it) {
-  const size_t w = lct_dtype_size(it->dtype);
+  const size_t w = lct_dtype_size((lct_dtype)it->dtype);
   if (!w) return LCT_EDTYPE;
-  if (lct_dtype_symbol_bits(it->dtype) && (!it->codebook || it->codebook->dtype != it->dtype)) return LCT_EINVAL;
+  if (lct_dtype_symbol_bits((lct_dtype)it->dtype) && (!it->codebook || it->codebook->dtype != it->dtype)) return LCT_EINVAL;
   if (it->n_elems > UINT64_MAX / 8 || lct_chunk_count(it->n_elems) >= kMaxItemsPerLaunch) return LCT_E2BIG;
   if ((it->n_elems && !it->src) || ((uintptr_t)it->src % w)) return LCT_EINVAL;
   if (!it->dst || ((uintptr_t)it->dst & 7) || !it->blob_bytes || ((uintptr_t)it->blob_bytes & 7)) return LCT_EINVAL;
   if ((uintptr_t)it->code_bits & 7 || (uintptr_t)it->hist & 7) return LCT_EINVAL;
-  if (it->hist && !lct_dtype_symbol_bits(it->dtype)) return LCT_EINVAL;
+  if (it->hist && !lct_dtype_symbol_bits((lct_dtype)it->dtype)) return LCT_EINVAL;
   if (it->cap < lct_encode_bound(it->dtype, it->n_elems)) return LCT_EBUFSIZE;
   return 0;
 }

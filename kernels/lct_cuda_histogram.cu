@@ -38,7 +38,7 @@ struct histogram_launch {
 } // namespace
 
 extern "C" int lct_cuda_histogram(int dtype, const void *src, uint64_t n_elems, uint64_t *hist, cudaStream_t stream) {
-  const size_t w = lct_dtype_size(dtype);
+  const size_t w = lct_dtype_size((lct_dtype)dtype);
   if (!w) return LCT_EDTYPE;
   if (!hist || ((uintptr_t)hist & 7) || (n_elems && !src) || ((uintptr_t)src % w)) return LCT_EINVAL;
   histogram_launch l = {src, n_elems, reinterpret_cast<unsigned long long *>(hist), stream};
@@ -47,8 +47,8 @@ extern "C" int lct_cuda_histogram(int dtype, const void *src, uint64_t n_elems, 
 
 extern "C" int lct_cuda_codebook_from_device(int dtype, const void *src, uint64_t n_elems, uint64_t *hist,
                                              cudaStream_t stream, lct_codebook *cb) {
-  const unsigned s = lct_dtype_symbol_bits(dtype);
-  if (!s || !cb) return lct_dtype_size(dtype) ? LCT_EINVAL : LCT_EDTYPE;
+  const unsigned s = lct_dtype_symbol_bits((lct_dtype)dtype);
+  if (!s || !cb) return lct_dtype_size((lct_dtype)dtype) ? LCT_EINVAL : LCT_EDTYPE;
   uint64_t host[1u << LCT__MAX_SYM_BITS];
   const size_t bytes = sizeof(uint64_t) << s;
   LCT__CUDA_TRY(cudaMemsetAsync(hist, 0, bytes, stream));

@@ -509,7 +509,7 @@ static void lct__op_get(lct__request *rq) {
 
 /* Answers LCT_ENOIPC, counting why: the client then takes the host path. */
 static void lct__reply_fallback(lct__request *rq, int reason, const char *why) {
-  rq->srv->stats.device_fallbacks[reason]++;
+  lct__stats_fallback(&rq->srv->stats, reason);
   lct__reply_error(rq, LCT_ENOIPC, "%s; use the host path", why);
 }
 
@@ -895,26 +895,8 @@ static void lct__op_stats(lct__request *rq) {
     lct__reply_error(rq, LCT_ENOMEM, "out of memory rendering stats");
     return;
   }
-  Lctpb__StatsSummary sum = LCTPB__STATS_SUMMARY__INIT;
-  sum.tensors = st->tensors;
-  sum.raw_bytes = st->raw_bytes;
-  sum.stored_bytes = st->stored_bytes;
-  sum.pool_capacity = st->pool_capacity;
-  sum.pool_used = st->pool_used;
-  sum.staging_bytes = st->staging_bytes;
-  sum.pending_puts = st->pending_puts;
-  sum.codebook_builds = st->codebook_builds;
-  sum.codebook_rebuilds = st->codebook_rebuilds;
-  sum.requests = lct__stats_requests(st);
-  sum.errors = lct__stats_errors(st);
-  sum.bytes_in = st->bytes_in;
-  sum.bytes_out = st->bytes_out;
-  sum.puts_expired = st->puts_expired;
-  sum.has_device_puts = sum.has_device_gets = sum.has_device_fallbacks = 1;
-  sum.device_puts = st->device_puts;
-  sum.device_gets = st->device_gets;
-  for (int r = 0; r < LCT__FALLBACK_SLOTS; r++)
-    sum.device_fallbacks += st->device_fallbacks[r];
+  Lctpb__StatsSummary sum;
+  lct__stats_summarize(st, &sum);
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.stats = &sum;
   lct__reply(rq, &rp, text, len);

@@ -1,6 +1,7 @@
 /* stats.c — lctd's counters and gauges, rendered as Prometheus text. */
 #include "stats.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,16 +10,22 @@
 
 #include "lct_codec.h"
 #include "lct_error.h"
-
-_Static_assert(LCT__DTYPE_SLOTS == LCT_DTYPE_COUNT, "a stats slot per dtype");
+#include "lct_stats_fields.h"
 
 const double lct__latency_bounds[LCT__LATENCY_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10};
 
-static const char *const lct__op_names[LCT__OP_SLOTS] = {
-    "invalid", "ping", "put", "put_begin", "put_chunk", "put_commit",
-    "put_abort", "get", "delete", "stat", "list", "stats", "save", "put_device", "get_device",
-    "put_device_many", "get_device_many"};
+/* An op's label: its lct.proto name, lower case, without "OP_" ("put_begin");
+ * "invalid" for slot 0. */
+static const char *lct__op_name(int op, char name[32]) {
+  const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&lctpb__op__descriptor, op);
+  const char *from = v == NULL ? "invalid" : strncmp(v->name, "OP_", 3) == 0 ? v->name + 3 : v->name;
+  size_t i = 0;
+  for (; from[i] != '\0' && i < 31; i++)
+    name[i] = (char)tolower((unsigned char)from[i]);
+  name[i] = '\0';
+  return name;
+}
 
 static const char *const lct__fallback_names[LCT__FALLBACK_SLOTS] = {
     "cpu_backend", "other_host", "other_device", "ipc_open_failed"};
@@ -28,7 +35,21 @@ void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status) {
     op = 0;
   if (status >= LCT__STATUS_SLOTS)
     status = LCT__STATUS_SLOTS - 1;
-  st->requests[op][status]++;
+  st->replies[op][status]++;
+  st->requests++;
+  st->errors += status != 0;
+}
+
+void lct__stats_fallback(lct__stats *st, int reason) {
+  st->device_fallback_reasons[reason]++;
+  st->device_fallbacks++;
+}
+
+void lct__stats_summarize(const lct__stats *st, Lctpb__StatsSummary *sum) {
+  lctpb__stats_summary__init(sum);
+#define LCT__SUMMARY_FIELD(name, what) sum->has_##name = 1, sum->name = st->name;
+  LCT_STATS_FIELDS(LCT__SUMMARY_FIELD)
+#undef LCT__SUMMARY_FIELD
 }
 
 void lct__stats_latency(lct__stats *st, uint32_t op, uint64_t ns) {
@@ -40,22 +61,6 @@ void lct__stats_latency(lct__stats *st, uint32_t op, uint64_t ns) {
     b++;
   st->latency[op][b]++;
   st->latency_ns[op] += ns;
-}
-
-uint64_t lct__stats_requests(const lct__stats *st) {
-  uint64_t n = 0;
-  for (int o = 0; o < LCT__OP_SLOTS; o++)
-    for (int s = 0; s < LCT__STATUS_SLOTS; s++)
-      n += st->requests[o][s];
-  return n;
-}
-
-uint64_t lct__stats_errors(const lct__stats *st) {
-  uint64_t n = 0;
-  for (int o = 0; o < LCT__OP_SLOTS; o++)
-    for (int s = 1; s < LCT__STATUS_SLOTS; s++)
-      n += st->requests[o][s];
-  return n;
 }
 
 typedef struct lct__buf {
@@ -113,15 +118,16 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
     return NULL;
   lct__head(&b, "build_info", "gauge", "Always 1; the backend in use as a label.");
   lct__bprintf(&b, "lct_build_info{backend=\"%s\"} 1\n", backend);
+  char op[32];
 
   lct__head(&b, "requests_total", "counter", "Replies sent, by operation and status.");
   for (int o = 0; o < LCT__OP_SLOTS; o++) {
     for (int s = 0; s < LCT__STATUS_SLOTS; s++) {
-      if (st->requests[o][s] == 0)
+      if (st->replies[o][s] == 0)
         continue;
       const char *status = s == 0 ? "ok" : lct_err_name(-s);
       lct__bprintf(&b, "lct_requests_total{op=\"%s\",status=\"%s\"} %" PRIu64 "\n",
-                   lct__op_names[o], status, st->requests[o][s]);
+                   lct__op_name(o, op), status, st->replies[o][s]);
     }
   }
   lct__head(&b, "errors_total", "counter",
@@ -129,7 +135,7 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   for (int s = 1; s < LCT__STATUS_SLOTS; s++) {
     uint64_t n = 0;
     for (int o = 0; o < LCT__OP_SLOTS; o++)
-      n += st->requests[o][s];
+      n += st->replies[o][s];
     if (n > 0)
       lct__bprintf(&b, "lct_errors_total{kind=\"%s\"} %" PRIu64 "\n", lct_err_name(-s), n);
   }
@@ -145,14 +151,14 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
     for (int k = 0; k < LCT__LATENCY_BUCKETS; k++) {
       cum += st->latency[o][k];
       lct__bprintf(&b, "lct_request_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-                   lct__op_names[o], lct__latency_bounds[k], cum);
+                   lct__op_name(o, op), lct__latency_bounds[k], cum);
     }
     cum += st->latency[o][LCT__LATENCY_BUCKETS];
     lct__bprintf(&b, "lct_request_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
-                 lct__op_names[o], cum);
-    lct__bprintf(&b, "lct_request_duration_seconds_sum{op=\"%s\"} %.9f\n", lct__op_names[o],
+                 lct__op_name(o, op), cum);
+    lct__bprintf(&b, "lct_request_duration_seconds_sum{op=\"%s\"} %.9f\n", lct__op_name(o, op),
                  (double)st->latency_ns[o] / 1e9);
-    lct__bprintf(&b, "lct_request_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n", lct__op_names[o], cum);
+    lct__bprintf(&b, "lct_request_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n", lct__op_name(o, op), cum);
   }
   lct__metric(&b, "requests_in_flight", "gauge", "Requests received and not yet answered.", st->in_flight);
   lct__metric(&b, "clients", "gauge", "Connections open on the nanomsg endpoints.", st->clients);
@@ -162,18 +168,18 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   lct__metric(&b, "raw_bytes", "gauge", "Raw bytes of the stored tensors.", st->raw_bytes);
   lct__metric(&b, "stored_bytes", "gauge", "Coded bytes of the stored tensors.", st->stored_bytes);
   lct__head(&b, "dtype_tensors", "gauge", "Tensors stored, by dtype.");
-  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++)
     lct__bprintf(&b, "lct_dtype_tensors{dtype=\"%s\"} %" PRIu64 "\n", lct_dtype_name(d), st->dtype_tensors[d]);
   lct__head(&b, "dtype_raw_bytes", "gauge", "Raw bytes of the stored tensors, by dtype.");
-  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++)
     lct__bprintf(&b, "lct_dtype_raw_bytes{dtype=\"%s\"} %" PRIu64 "\n", lct_dtype_name(d), st->dtype_raw[d]);
   lct__head(&b, "dtype_stored_bytes", "gauge", "Coded bytes of the stored tensors, by dtype.");
-  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++)
     lct__bprintf(&b, "lct_dtype_stored_bytes{dtype=\"%s\"} %" PRIu64 "\n", lct_dtype_name(d),
                  st->dtype_stored[d]);
   lct__head(&b, "compression_ratio", "gauge",
             "Raw over coded bytes of the stored tensors, by dtype (1 when none are stored).");
-  for (int d = 0; d < LCT__DTYPE_SLOTS; d++)
+  for (int d = 0; d < LCT_DTYPE_COUNT; d++)
     lct__bprintf(&b, "lct_compression_ratio{dtype=\"%s\"} %.6f\n", lct_dtype_name(d),
                  st->dtype_stored[d] ? (double)st->dtype_raw[d] / (double)st->dtype_stored[d] : 1.0);
   lct__metric(&b, "pool_capacity_bytes", "gauge", "Pool capacity.", st->pool_capacity);
@@ -206,7 +212,7 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
             "Device puts and gets refused with LCT_ENOIPC (the client used the host path), by reason.");
   for (int r = 0; r < LCT__FALLBACK_SLOTS; r++)
     lct__bprintf(&b, "lct_device_fallbacks_total{reason=\"%s\"} %" PRIu64 "\n", lct__fallback_names[r],
-                 st->device_fallbacks[r]);
+                 st->device_fallback_reasons[r]);
   lct__metric(&b, "ipc_opens_total", "counter",
               "Client GPU allocations opened from their CUDA IPC handle (mapping cache misses).", st->ipc_opens);
   lct__metric(&b, "config_reloads_total", "counter", "Configuration reloads (SIGHUP) applied.", st->reloads);

@@ -5,10 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lct_dtype.h"
+#include "lct_wire.h"
+
 #define LCT__OP_SLOTS 17     /* index = wire op (1..16); 0 = unparsable or unknown op */
 #define LCT__STATUS_SLOTS 32 /* index = wire status: 0 ok, else the positive LCT code */
 #define LCT__LATENCY_BUCKETS 12 /* finite upper bounds of the latency histogram */
-#define LCT__DTYPE_SLOTS 6      /* LCT_DTYPE_COUNT */
 
 /* Why a PUT_DEVICE or GET_DEVICE was answered LCT_ENOIPC (the client then
  * takes the host path); lct_device_fallbacks_total's reason label. */
@@ -24,7 +26,9 @@ enum {
 extern const double lct__latency_bounds[LCT__LATENCY_BUCKETS];
 
 typedef struct lct__stats {
-  uint64_t requests[LCT__OP_SLOTS][LCT__STATUS_SLOTS]; /* replies sent, by op and status */
+  uint64_t replies[LCT__OP_SLOTS][LCT__STATUS_SLOTS]; /* replies sent, by op and status */
+  uint64_t requests;          /* replies sent */
+  uint64_t errors;            /* error replies sent */
   uint64_t bytes_in;          /* message bytes received */
   uint64_t bytes_out;         /* message bytes sent */
   uint64_t tensors;           /* keys stored */
@@ -45,9 +49,9 @@ typedef struct lct__stats {
    * for beyond the largest bound), and the sum in nanoseconds */
   uint64_t latency[LCT__OP_SLOTS][LCT__LATENCY_BUCKETS + 1];
   uint64_t latency_ns[LCT__OP_SLOTS];
-  uint64_t dtype_tensors[LCT__DTYPE_SLOTS]; /* stored tensors by dtype */
-  uint64_t dtype_raw[LCT__DTYPE_SLOTS];     /* their raw bytes */
-  uint64_t dtype_stored[LCT__DTYPE_SLOTS];  /* their coded bytes */
+  uint64_t dtype_tensors[LCT_DTYPE_COUNT]; /* stored tensors by dtype */
+  uint64_t dtype_raw[LCT_DTYPE_COUNT];     /* their raw bytes */
+  uint64_t dtype_stored[LCT_DTYPE_COUNT];  /* their coded bytes */
   uint64_t in_flight;         /* requests received and not yet answered */
   uint64_t clients;           /* connections open on the nanomsg endpoints */
   uint64_t reloads;           /* SIGHUP reloads that succeeded */
@@ -59,7 +63,8 @@ typedef struct lct__stats {
   uint64_t persist_skipped;   /* files skipped at start: corrupt, partial or too large */
   uint64_t device_puts;       /* tensors stored device to device (PUT_DEVICE, PUT_DEVICE_MANY items) */
   uint64_t device_gets;       /* tensors read device to device (GET_DEVICE, GET_DEVICE_MANY items) */
-  uint64_t device_fallbacks[LCT__FALLBACK_SLOTS]; /* device ops answered LCT_ENOIPC, by reason */
+  uint64_t device_fallback_reasons[LCT__FALLBACK_SLOTS]; /* device ops answered LCT_ENOIPC, by reason */
+  uint64_t device_fallbacks;  /* their sum */
   uint64_t ipc_opens;         /* client GPU allocations mapped (IPC handle cache misses) */
 } lct__stats;
 
@@ -67,8 +72,11 @@ typedef struct lct__stats {
 void lct__stats_count(lct__stats *st, uint32_t op, uint32_t status);
 /* Adds a request's latency (receipt to reply) to op's histogram. */
 void lct__stats_latency(lct__stats *st, uint32_t op, uint64_t ns);
-uint64_t lct__stats_requests(const lct__stats *st);
-uint64_t lct__stats_errors(const lct__stats *st);
+/* Counts a device op answered LCT_ENOIPC for reason (LCT__FALLBACK_*). */
+void lct__stats_fallback(lct__stats *st, int reason);
+
+/* The STATS reply's summary: every field of lct_stats_fields.h, from st. */
+void lct__stats_summarize(const lct__stats *st, Lctpb__StatsSummary *sum);
 
 /* Renders Prometheus text exposition; returns a malloc'd string (NULL if out
  * of memory) and its length in *len. */

@@ -122,7 +122,7 @@ static void lct__gauges(lct__store *s, const lct__entry *e, int sign) {
   s->stats->tensors += (uint64_t)(int64_t)sign;
   s->stats->raw_bytes += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
   s->stats->stored_bytes += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);
-  if (e->dtype >= 0 && e->dtype < LCT__DTYPE_SLOTS) {
+  if (e->dtype >= 0 && e->dtype < LCT_DTYPE_COUNT) {
     s->stats->dtype_tensors[e->dtype] += (uint64_t)(int64_t)sign;
     s->stats->dtype_raw[e->dtype] += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
     s->stats->dtype_stored[e->dtype] += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);

@@ -23,15 +23,17 @@ typedef struct lct__batch_seg {
   uint64_t blob_bytes;        /* encode */
   uint64_t code_bits;         /* encode: as lct_encode_stats.code_bits */
   uint32_t crc;               /* encode: CRC-32C of the raw bytes */
-  uint64_t *hist;             /* hist_batch, encode_batch: host counters (2^s) the segment's symbol counts
-                                 are added to (consecutive segments of one tensor share them), or NULL */
+  uint64_t *hist;             /* hist_batch: host counters (2^s) the segment's symbol counts are added to
+                                 (consecutive segments of one tensor share them) */
 } lct__batch_seg;
 
 /* A backend owns blob memory (host memory for cpu, a device region reserved
  * once at start for cuda) and runs the codec between caller host buffers and
- * that memory. alloc/shrink/release run on the loop thread only; encode and
- * decode run on threadpool workers, several at once, and must be thread-safe.
- * Capacity accounting is the pool's (server/pool.c), not the backend's. */
+ * that memory. alloc/shrink/release run on the loop thread only; the codec
+ * runs on lctd's codec workers (workers.h), several at once: each call names
+ * its worker (0..workers-1, as the backend was opened for), whose state it
+ * may use without a lock. Capacity accounting is the pool's (server/pool.c),
+ * not the backend's. */
 typedef struct lct__backend_ops {
   const char *name;
   /* Blob memory of at least bytes; LCT_ENOMEM (or LCT_ENOSPC when a fixed
@@ -46,11 +48,11 @@ typedef struct lct__backend_ops {
    * stats->blob_bytes and stats->code_bits, what drift detection compares
    * with the codebook's expected_bits_per_elem (the GPU encoder counts them
    * as lct_encode does; escapes are left 0). */
-  int (*encode)(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+  int (*encode)(void *ctx, int worker, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
                 void *dst, size_t cap, lct_encode_stats *stats);
   /* Decodes a blob of len bytes in blob memory, expected to hold n elements
    * of dtype, into host memory dst (n * dtype size bytes). */
-  int (*decode)(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
+  int (*decode)(void *ctx, int worker, int dtype, uint64_t n, const void *blob, size_t len, void *dst);
   void (*destroy)(void *ctx);
   /* Copies len bytes of blob memory to host memory dst (a save's writer
    * thread), and host memory src into blob memory (the restore at start). */
@@ -69,15 +71,13 @@ typedef struct lct__backend_ops {
   /* Device puts and gets (server/device_batch.c): many segments in one pass
    * of the GPU codec (a few launches and one wait per group, whatever their
    * number) straight from and into mapped client buffers, aligned to the
-   * element size; hist_batch, and encode_batch in the same pass, add the
-   * symbol counts of the segments that have a hist to it.
+   * element size; hist_batch adds each segment's symbol counts to its hist.
    * Worker thread; returns an argument or CUDA error, per-segment failures in
-   * their rc. */
-  /* Called on worker threads: a decode_batch may run while an encode_batch
-   * or hist_batch does (a trainer's fetch beside its store). */
-  int (*encode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
-  int (*decode_batch)(void *ctx, lct__batch_seg *segs, size_t n);
-  int (*hist_batch)(void *ctx, lct__batch_seg *segs, size_t n);
+   * their rc. A decode_batch may run while an encode_batch or hist_batch
+   * does (a trainer's fetch beside its store). */
+  int (*encode_batch)(void *ctx, int worker, lct__batch_seg *segs, size_t n);
+  int (*decode_batch)(void *ctx, int worker, lct__batch_seg *segs, size_t n);
+  int (*hist_batch)(void *ctx, int worker, lct__batch_seg *segs, size_t n);
 } lct__backend_ops;
 
 typedef struct lct__backend {
@@ -96,10 +96,10 @@ int lct__backend_cpu_open(uint64_t memory, lct__backend *out);
 int lct__backend_cuda_present(void);
 /* GPU memory of one device, reserved once (memory bytes; 0: 90% of what is
  * free after the workers' buffers) and sub-allocated; the GPU codec
- * (kernels/lct_cuda.h). threads workers each get a stream and device buffers
- * for segments of up to segment_max raw bytes. LCT_ENODEV, LCT_ENOMEM or
- * LCT_ECUDA on failure. */
-int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t segment_max,
+ * (kernels/lct_cuda.h). Each of the workers codec workers gets a stream and
+ * device buffers for segments of up to segment_max raw bytes. LCT_ENODEV,
+ * LCT_ENOMEM or LCT_ECUDA on failure. */
+int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t segment_max,
                            lct__backend *out);
 #endif
 

@@ -23,12 +23,12 @@ static int lct__cpu_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_b
 
 static void lct__cpu_release(void *ctx, void *blob, size_t bytes) { free(blob); }
 
-static int lct__cpu_encode(void *ctx, int dtype, const lct_codebook *cb, const void *src,
+static int lct__cpu_encode(void *ctx, int worker, int dtype, const lct_codebook *cb, const void *src,
                            uint64_t n, void *dst, size_t cap, lct_encode_stats *stats) {
   return lct_encode(dtype, cb, src, n, dst, cap, stats);
 }
 
-static int lct__cpu_decode(void *ctx, int dtype, uint64_t n, const void *blob, size_t len,
+static int lct__cpu_decode(void *ctx, int worker, int dtype, uint64_t n, const void *blob, size_t len,
                            void *dst) {
   lct_blob_info info;
   int rc = lct_blob_info_read(blob, len, &info);

@@ -2,7 +2,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +20,7 @@
 #define LCT__BATCH_HISTS 256 /* tensors whose histograms one wait of a batch collects */
 #define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
 
-/* What one threadpool worker uses for host puts and gets, created at open so
+/* What one codec worker uses for host puts and gets, created at open so
  * that nothing on the request path allocates: a stream, device memory for one
  * segment's raw bytes, codec workspace, and words for results. */
 typedef struct lct__cuda_worker {
@@ -97,11 +96,8 @@ typedef struct lct__cuda {
   lct__cuda_batch *batch;
   lct__cuda_gets *gets;
   int n_workers;
-  atomic_int next_worker;
   lct__cuda_worker workers[];
 } lct__cuda;
-
-static _Thread_local lct__cuda_worker *lct__tls_worker;
 
 static int lct__cuda_fail(cudaError_t e, const char *what) {
   lct__log_error("cuda: %s: %s", what, cudaGetErrorString(e));
@@ -153,18 +149,6 @@ static void lct__cuda_release(void *ctx, void *blob, size_t bytes) {
 
 /* ---- codec on worker threads ------------------------------------------------ */
 
-static int lct__cuda_worker_get(lct__cuda *g, lct__cuda_worker **out) {
-  if (lct__tls_worker == NULL) {
-    int i = atomic_fetch_add(&g->next_worker, 1);
-    if (i >= g->n_workers)
-      return LCT_ECUDA; /* more codec threads than the backend was opened for */
-    LCT__CUDA_TRY(cudaSetDevice(g->device));
-    lct__tls_worker = &g->workers[i];
-  }
-  *out = lct__tls_worker;
-  return 0;
-}
-
 /* Points the worker's device codebook at cb; an upload only when it changed. */
 static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
   if (w->hcb.dtype == cb->dtype && memcmp(w->hcb.len, cb->len, sizeof cb->len) == 0)
@@ -175,18 +159,19 @@ static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
   return rc;
 }
 
-/* The worker of this thread, for n elements of dtype (at most segment_max bytes). */
-static int lct__cuda_worker_for(lct__cuda *g, int dtype, uint64_t n, lct__cuda_worker **w) {
-  int rc = lct__cuda_worker_get(g, w);
-  if (rc != 0)
-    return rc;
+/* The state of worker index, for n elements of dtype (at most segment_max bytes). */
+static int lct__cuda_worker_for(lct__cuda *g, int index, int dtype, uint64_t n, lct__cuda_worker **w) {
+  if (index < 0 || index >= g->n_workers)
+    return LCT_EINVAL; /* more codec workers than the backend was opened for */
+  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  *w = &g->workers[index];
   return n * lct_dtype_size(dtype) > g->segment_max ? LCT_E2BIG : 0;
 }
 
-static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+static int lct__cuda_encode(void *ctx, int worker, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
                             void *dst, size_t cap, lct_encode_stats *stats) {
   lct__cuda_worker *w;
-  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
   if (rc != 0 || (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0))
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
@@ -202,9 +187,9 @@ static int lct__cuda_encode(void *ctx, int dtype, const lct_codebook *cb, const 
   return stats->blob_bytes <= cap ? 0 : LCT_ECUDA;
 }
 
-static int lct__cuda_decode(void *ctx, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
+static int lct__cuda_decode(void *ctx, int worker, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
   lct__cuda_worker *w;
-  int rc = lct__cuda_worker_for(ctx, dtype, n, &w);
+  int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
   if (rc != 0)
     return rc;
   int *status = (int *)&w->pinned[1];
@@ -275,7 +260,7 @@ static void lct__hist_add(lct__cuda_batch *b, size_t slots) {
       b->hist_of[s][j] += b->hist_pinned[s * LCT__CUDA_SYMS + j];
 }
 
-/* First puts' histograms, before their codebooks exist: the histogram kernel. */
+/* The histograms that build codebooks (a first put, a rebuild after drift): the histogram kernel. */
 static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
   for (size_t done = 0; done < n;) {
     size_t k = 0, slots = 0;
@@ -306,24 +291,18 @@ static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
 }
 
 /* Encodes segs[0..k) (k <= LCT__BATCH_GROUP), a group whose codebooks are in
- * place and whose histograms fit its slots, and waits once; fills their
- * results, and their hists from the encoder's counts. */
+ * place, and waits once; fills their results. */
 static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
   uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
   uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
-  size_t slots = 0;
   for (size_t i = 0; i < k; i++) {
     b->enc[i].blob_bytes = &blob[i];
     b->enc[i].code_bits = &b->bits[i];
-    b->enc[i].hist = lct__hist_dev(b, &segs[i], &slots);
-    b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
+    b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size((lct_dtype)segs[i].dtype), &crc[i]};
   }
   if (lct_cuda_crc32c_batch_workspace_size(b->crc, k) > b->crc_work_bytes ||
       lct_cuda_encode_workspace_size(b->enc, k) > b->work_bytes)
     return LCT_EBUFSIZE; /* the caller splits the group */
-  const size_t hist_bytes = lct__hist_bytes(slots);
-  if (hist_bytes > 0)
-    LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, hist_bytes, b->stream));
   int rc;
   if ((rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
@@ -331,8 +310,6 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(bits, b->bits, k * sizeof *bits, cudaMemcpyDeviceToHost, b->stream));
-  if (hist_bytes > 0)
-    LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, hist_bytes, cudaMemcpyDeviceToHost, b->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
   for (size_t i = 0; i < k; i++) {
     segs[i].blob_bytes = blob[i];
@@ -340,7 +317,6 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
     segs[i].crc = crc[i];
     segs[i].rc = blob[i] <= segs[i].cap ? 0 : LCT_ECUDA;
   }
-  lct__hist_add(b, slots);
   return 0;
 }
 
@@ -348,9 +324,8 @@ static int lct__batch_encode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     b->groups++;
-    size_t k = 0, slots = 0;
-    const uint64_t *last = NULL;
-    while (done + k < n && k < LCT__BATCH_GROUP && lct__hist_slot(&last, &slots, segs[done + k].hist)) {
+    size_t k = 0;
+    while (done + k < n && k < LCT__BATCH_GROUP) {
       const lct__batch_seg *sg = &segs[done + k];
       lct_cuda_codebook *dcb = NULL;
       if (sg->cb != NULL) {
@@ -412,15 +387,15 @@ static int lct__batch_with(lct__cuda *g, lct__batch_seg *segs, size_t n,
   return lct__pass_end(&b->lock, b->stream, pass(b, segs, n));
 }
 
-static int lct__cuda_encode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+static int lct__cuda_encode_batch(void *ctx, int worker, lct__batch_seg *segs, size_t n) {
   return lct__batch_with(ctx, segs, n, lct__batch_encode);
 }
 
-static int lct__cuda_hist_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+static int lct__cuda_hist_batch(void *ctx, int worker, lct__batch_seg *segs, size_t n) {
   return lct__batch_with(ctx, segs, n, lct__batch_hist);
 }
 
-static int lct__cuda_decode_batch(void *ctx, lct__batch_seg *segs, size_t n) {
+static int lct__cuda_decode_batch(void *ctx, int worker, lct__batch_seg *segs, size_t n) {
   lct__cuda *g = ctx;
   LCT__CUDA_TRY(cudaSetDevice(g->device));
   lct__cuda_gets *d = g->gets;
@@ -643,7 +618,7 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   return lct__device_codebook_new(&w->dcb);
 }
 
-int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t segment_max,
+int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t segment_max,
                            lct__backend *out) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
@@ -651,12 +626,12 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
     return LCT_ENODEV;
   }
   LCT__CUDA_TRY(cudaSetDevice(device));
-  lct__cuda *g = calloc(1, sizeof *g + (size_t)threads * sizeof(lct__cuda_worker));
+  lct__cuda *g = calloc(1, sizeof *g + (size_t)workers * sizeof(lct__cuda_worker));
   if (g == NULL)
     return LCT_ENOMEM;
   g->device = device;
   g->segment_max = segment_max;
-  g->n_workers = threads;
+  g->n_workers = workers;
   int rc = 0;
   enum cudaDriverEntryPointQueryResult found;
   if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&g->mem_range, 12000, cudaEnableDefault,
@@ -665,7 +640,7 @@ int lct__backend_cuda_open(int device, uint64_t memory, int threads, uint64_t se
     lct__log_error("cuda: the driver has no cuMemGetAddressRange");
     rc = LCT_ECUDA;
   }
-  for (int i = 0; i < threads && rc == 0; i++)
+  for (int i = 0; i < workers && rc == 0; i++)
     rc = lct__cuda_worker_open(&g->workers[i], segment_max);
   if (rc == 0)
     rc = lct__batch_open(&g->batch);

@@ -11,7 +11,7 @@
 typedef struct lct__batch_item {
   const uint8_t *key; /* put: the key to install */
   size_t key_len;
-  lct__put_decl decl; /* put: the tensor declared */
+  lct_put_decl decl; /* put: the tensor declared */
   uint8_t *device;    /* its bytes in the mapped client buffer, aligned to the element size */
   lct__entry *entry;  /* get: the entry read, referenced by the caller until the callback;
                          put: set by the callback on success, the installed entry (borrowed) */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handlers.h"
 #include "log.h"
+#include "stats.h"
 
 #define LCT__HTTP_REQUEST_MAX 8192 /* request head bytes read before answering 431 */
 #define LCT__HTTP_CONN_MAX 64      /* open connections; more are closed at once */
@@ -104,7 +104,7 @@ static void lct__http_request(lct__http_conn *c) {
     return;
   }
   size_t len;
-  char *text = lct__stats_text(c->http->srv, &len);
+  char *text = lct__server_stats_text(c->http->srv, &len);
   if (text == NULL) {
     lct__http_text(c, "500 Internal Server Error", "out of memory\n");
     return;

@@ -8,14 +8,15 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "handlers.h"
 #include "http.h"
 #include "log.h"
 #include "notify.h"
 #include "persist.h"
+#include "request.h"
 #include "server.h"
 #include "staging.h"
 #include "transport.h"
+#include "workers.h"
 
 #ifndef LCT_VERSION
 #define LCT_VERSION "0"
@@ -111,12 +112,12 @@ static void lct__on_reload(uv_signal_t *h, int signum) {
   lct__notify("READY=1");
 }
 
-static int lct__open_backend(const lct__config *cfg, int threads, lct__backend *be,
+static int lct__open_backend(const lct__config *cfg, int workers, lct__backend *be,
                              const char **name) {
 #ifdef LCT_HAVE_CUDA
   if (cfg->backend == LCT__BACKEND_CUDA ||
       (cfg->backend == LCT__BACKEND_AUTO && lct__backend_cuda_present())) {
-    int rc = lct__backend_cuda_open(cfg->device, cfg->memory, threads, cfg->segment_size, be);
+    int rc = lct__backend_cuda_open(cfg->device, cfg->memory, workers, cfg->segment_size, be);
     if (rc == 0) {
       *name = "cuda";
       return 0;
@@ -146,16 +147,16 @@ static void lct__human(uint64_t v, char *buf, size_t len) {
   snprintf(buf, len, "%.1f %s", x, units[u]);
 }
 
-int main(int argc, char **argv) {
-  int print_config = 0;
-  for (int i = 1; i < argc; i++) {
+/* The flags that print and exit: their exit status, or -1 to go on. Drops
+ * --print-config from argv (*print_config set) so the settings parse without it. */
+static int lct__informational_flags(int *argc, char **argv, int *print_config) {
+  for (int i = 1; i < *argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       lct__usage(stdout);
       return 0;
     }
     if (strcmp(argv[i], "--version") == 0) {
-      printf("lctd %s (protocol %d, format %d)\n", LCT_VERSION, LCT_WIRE_VERSION,
-             LCT_FORMAT_VERSION);
+      printf("lctd %s (protocol %d, format %d)\n", LCT_VERSION, LCT_WIRE_VERSION, LCT_FORMAT_VERSION);
       return 0;
     }
     if (strcmp(argv[i], "--example-config") == 0) {
@@ -163,13 +164,121 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (strcmp(argv[i], "--print-config") == 0) {
-      print_config = 1;
-      memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
-      argc--;
+      *print_config = 1;
+      memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof *argv);
+      (*argc)--;
       i--;
     }
   }
+  return -1;
+}
 
+/* Backend, pool, codec workers, store, staging and the snapshot restore:
+ * everything before the sockets. Prints why on failure. */
+static int lct__open_state(lct__server *srv, char *err, size_t errlen) {
+  long cpus = uv_available_parallelism();
+  srv->threads = srv->cfg.threads > 0 ? srv->cfg.threads : (int)(cpus > 0 ? cpus : 4);
+  lct__backend be;
+  int rc = lct__open_backend(&srv->cfg, srv->threads, &be, &srv->backend_name);
+  if (rc == 0 && (rc = lct__pool_create(&be, &srv->pool)) != 0)
+    be.ops->destroy(be.ctx);
+  if (rc != 0) {
+    fprintf(stderr, "lctd: backend: %s\n", lct_strerror(rc));
+    return rc;
+  }
+  if (lct_wire_boot_id(srv->boot_id) != 0) {
+    memset(srv->boot_id, 0, sizeof srv->boot_id);
+    lct__log_warn("cannot read this host's boot id: device puts and gets will take the host path");
+  }
+  srv->loop = uv_default_loop();
+  if ((rc = lct__workers_start(srv->loop, srv->threads, &srv->workers)) != 0 ||
+      (rc = lct__store_create(&srv->stats, &srv->store)) != 0 ||
+      (rc = lct__staging_create(srv, &srv->staging)) != 0) {
+    fprintf(stderr, "lctd: %s\n", lct_strerror(rc));
+    return rc;
+  }
+  if (*srv->cfg.persist_dir != '\0' && (rc = lct__persist_load(srv, err, errlen)) != 0) {
+    fprintf(stderr, "lctd: %s\n", err);
+    return rc;
+  }
+  return 0;
+}
+
+/* The nanomsg endpoints, the metrics endpoint and the signals. */
+static int lct__open_endpoints(lct__main *m, char *err, size_t errlen) {
+  lct__server *srv = &m->srv;
+  gid_t gid = (gid_t)-1;
+  if (*srv->cfg.ipc_group != '\0') {
+    const struct group *g = getgrnam(srv->cfg.ipc_group);
+    gid = g != NULL ? g->gr_gid : gid; /* lct__config_check found it */
+  }
+  int rc = lct__transport_open(srv->loop, srv->cfg.listen, srv->cfg.n_listen, lct_wire_msg_max(srv->cfg.frame_size),
+                               srv->cfg.ipc_mode, gid, lct__handle_message, srv, &srv->transport, err, errlen);
+  if (rc == 0 && *srv->cfg.metrics != '\0')
+    rc = lct__http_open(srv, srv->cfg.metrics, &m->http, err, errlen);
+  if (rc != 0) {
+    fprintf(stderr, "lctd: %s\n", err);
+    return rc;
+  }
+  m->sigint.data = m->sigterm.data = m->sighup.data = m->drain.data = m;
+  uv_signal_init(srv->loop, &m->sigint);
+  uv_signal_init(srv->loop, &m->sigterm);
+  uv_signal_init(srv->loop, &m->sighup);
+  uv_timer_init(srv->loop, &m->drain);
+  uv_signal_start(&m->sigint, lct__on_signal, SIGINT);
+  uv_signal_start(&m->sigterm, lct__on_signal, SIGTERM);
+  uv_signal_start(&m->sighup, lct__on_reload, SIGHUP);
+  return 0;
+}
+
+static void lct__announce(const lct__main *m) {
+  const lct__server *srv = &m->srv;
+  char pool[32], frame[32];
+  lct__human(lct__pool_capacity(srv->pool), pool, sizeof pool);
+  lct__human(srv->cfg.frame_size, frame, sizeof frame);
+  lct__log_info("lctd %s: backend %s, pool %s, frame %s, %d codec workers", LCT_VERSION, srv->backend_name, pool,
+                frame, srv->threads);
+  for (int i = 0; i < srv->cfg.n_listen; i++)
+    lct__log_info("listening on %s", srv->cfg.listen[i]);
+  if (m->http != NULL)
+    lct__log_info("stats on http://%s/metrics", srv->cfg.metrics);
+  if (srv->auth.len > 0)
+    lct__log_info("tcp endpoints require the token of %s", srv->cfg.auth_token_file);
+  /* Every endpoint is bound and the pool reserved: ready for a service manager. */
+  int rc = lct__notify("READY=1");
+  if (rc < 0)
+    lct__log_warn("cannot notify $NOTIFY_SOCKET of readiness: %s", lct_strerror(rc));
+}
+
+/* After the loop: the final save, then everything in reverse. The exit status. */
+static int lct__close(lct__main *m) {
+  lct__server *srv = &m->srv;
+  uv_close((uv_handle_t *)&m->drain, NULL);
+  uv_run(srv->loop, UV_RUN_NOWAIT);
+  lct__workers_stop(srv->workers);
+  int status = 0;
+  if (*srv->cfg.persist_dir != '\0') {
+    lct__persist_result r;
+    status = lct__persist_save(srv, &r) == 0 ? 0 : 1;
+    lct__log_info("persist: %" PRIu64 " tensors written to %s (%" PRIu64 " bytes), %" PRIu64 " removed%s",
+                  r.written, srv->cfg.persist_dir, r.written_bytes, r.removed,
+                  status ? "; some could not be written" : "");
+  }
+  lct__transport_free(srv->transport);
+  lct__staging_destroy(srv->staging);
+  lct__store_destroy(srv->store);
+  lct__pool_destroy(srv->pool);
+  uv_loop_close(srv->loop);
+  lct__config_free(&srv->cfg);
+  lct__log_info("stopped");
+  return status;
+}
+
+int main(int argc, char **argv) {
+  int print_config = 0;
+  int rc = lct__informational_flags(&argc, argv, &print_config);
+  if (rc >= 0)
+    return rc;
   static lct__main m;
   lct__server *srv = &m.srv;
   char err[512];
@@ -189,95 +298,9 @@ int main(int argc, char **argv) {
   }
   lct__log_set_level(srv->cfg.log_level);
   signal(SIGPIPE, SIG_IGN);
-
-  /* The libuv threadpool is sized once, at its first use. */
-  long cpus = uv_available_parallelism();
-  int threads = srv->cfg.threads > 0 ? srv->cfg.threads : (int)(cpus > 0 ? cpus : 4);
-  srv->threads = threads;
-  char nthreads[16];
-  snprintf(nthreads, sizeof nthreads, "%d", threads);
-  setenv("UV_THREADPOOL_SIZE", nthreads, 1);
-
-  lct__backend be;
-  int rc = lct__open_backend(&srv->cfg, srv->threads, &be, &srv->backend_name);
-  if (rc == 0 && (rc = lct__pool_create(&be, &srv->pool)) != 0)
-    be.ops->destroy(be.ctx);
-  if (rc != 0) {
-    fprintf(stderr, "lctd: backend: %s\n", lct_strerror(rc));
+  if (lct__open_state(srv, err, sizeof err) != 0 || lct__open_endpoints(&m, err, sizeof err) != 0)
     return 1;
-  }
-  if (lct_wire_boot_id(srv->boot_id) != 0) {
-    memset(srv->boot_id, 0, sizeof srv->boot_id);
-    lct__log_warn("cannot read this host's boot id: device puts and gets will take the host path");
-  }
-  srv->loop = uv_default_loop();
-  if ((rc = lct__store_create(&srv->stats, &srv->store)) != 0 ||
-      (rc = lct__staging_create(srv, &srv->staging)) != 0) {
-    fprintf(stderr, "lctd: %s\n", lct_strerror(rc));
-    return 1;
-  }
-  if (*srv->cfg.persist_dir != '\0' && lct__persist_load(srv, err, sizeof err) != 0) {
-    fprintf(stderr, "lctd: %s\n", err);
-    return 1;
-  }
-  gid_t gid = (gid_t)-1;
-  if (*srv->cfg.ipc_group != '\0') {
-    const struct group *g = getgrnam(srv->cfg.ipc_group);
-    gid = g != NULL ? g->gr_gid : gid; /* lct__config_check found it */
-  }
-  if ((rc = lct__transport_open(srv->loop, srv->cfg.listen, srv->cfg.n_listen,
-                                lct_wire_msg_max(srv->cfg.frame_size), srv->cfg.ipc_mode, gid,
-                                lct__handle_message, srv, &srv->transport, err, sizeof err)) != 0) {
-    fprintf(stderr, "lctd: %s\n", err);
-    return 1;
-  }
-  if (*srv->cfg.metrics != '\0' &&
-      lct__http_open(srv, srv->cfg.metrics, &m.http, err, sizeof err) != 0) {
-    fprintf(stderr, "lctd: %s\n", err);
-    return 1;
-  }
-  m.sigint.data = m.sigterm.data = m.sighup.data = m.drain.data = &m;
-  uv_signal_init(srv->loop, &m.sigint);
-  uv_signal_init(srv->loop, &m.sigterm);
-  uv_signal_init(srv->loop, &m.sighup);
-  uv_timer_init(srv->loop, &m.drain);
-  uv_signal_start(&m.sigint, lct__on_signal, SIGINT);
-  uv_signal_start(&m.sigterm, lct__on_signal, SIGTERM);
-  uv_signal_start(&m.sighup, lct__on_reload, SIGHUP);
-
-  char pool[32], frame[32];
-  lct__human(lct__pool_capacity(srv->pool), pool, sizeof pool);
-  lct__human(srv->cfg.frame_size, frame, sizeof frame);
-  lct__log_info("lctd %s: backend %s, pool %s, frame %s, %d codec threads", LCT_VERSION,
-                srv->backend_name, pool, frame, srv->threads);
-  for (int i = 0; i < srv->cfg.n_listen; i++)
-    lct__log_info("listening on %s", srv->cfg.listen[i]);
-  if (m.http != NULL)
-    lct__log_info("stats on http://%s/metrics", srv->cfg.metrics);
-  if (srv->auth.len > 0)
-    lct__log_info("tcp endpoints require the token of %s", srv->cfg.auth_token_file);
-  /* Every endpoint is bound and the pool reserved: ready for a service manager. */
-  if ((rc = lct__notify("READY=1")) < 0)
-    lct__log_warn("cannot notify $NOTIFY_SOCKET of readiness: %s", lct_strerror(rc));
-
+  lct__announce(&m);
   uv_run(srv->loop, UV_RUN_DEFAULT);
-  uv_close((uv_handle_t *)&m.drain, NULL);
-  uv_run(srv->loop, UV_RUN_NOWAIT);
-  int status = 0;
-  if (*srv->cfg.persist_dir != '\0') {
-    lct__persist_result r;
-    status = lct__persist_save(srv, &r) == 0 ? 0 : 1;
-    lct__log_info("persist: %" PRIu64 " tensors written to %s (%" PRIu64 " bytes), %" PRIu64 " removed%s",
-                  r.written, srv->cfg.persist_dir, r.written_bytes, r.removed,
-                  status ? "; some could not be written" : "");
-  }
-
-  lct__transport_free(srv->transport);
-  lct__staging_destroy(srv->staging);
-  lct__store_destroy(srv->store);
-  lct__pool_destroy(srv->pool);
-  uv_loop_close(srv->loop);
-  lct__config_free(&srv->cfg);
-  lct__log_info("stopped");
-  return status;
+  return lct__close(&m);
 }

@@ -331,8 +331,9 @@ static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_
   m.shape = shape;
   m.has_raw_bytes = 1;
   m.raw_bytes = lct__get64(head + 88);
-  lct__put_decl decl;
-  if (lct__put_decl_parse(&m, &decl) != 0)
+  lct_put_decl decl;
+  char bad_decl[160];
+  if (lct_put_decl_from_meta(&m, &decl, bad_decl, sizeof bad_decl) != 0)
     return LCT_ECORRUPT;
   if ((uint64_t)LCT__SNAP_HEADER + key_len + (uint64_t)n_seg * LCT__SNAP_SEGMENT + 4 > file_bytes)
     return LCT_ECORRUPT;
@@ -521,4 +522,141 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
   lct__log_info("persist: restored %" PRIu64 " tensors from %s%s", restored, path,
                 skipped ? " (some files skipped: see above)" : "");
   return 0;
+}
+
+/* ---- saves on request: a writer thread of their own, one save at a time ---- */
+
+/* Who asked for a save. */
+typedef struct lct__save_waiter {
+  lct__save_cb cb;
+  void *arg;
+} lct__save_waiter;
+
+typedef struct lct__waiters {
+  lct__save_waiter *at;
+  size_t n;
+} lct__waiters;
+
+/* The save being written: its snapshot and those it answers (all that asked
+ * before it began, so their tensors are all in it). */
+typedef struct lct__save_job {
+  uv_thread_t writer;  /* not a codec worker: puts and gets go on */
+  int threaded;        /* writer was started (else the save fails unwritten) */
+  uv_async_t written;  /* the writer's word to the loop that it is done */
+  lct__server *srv;
+  lct__snapshot *snap;
+  lct__waiters answers;
+} lct__save_job;
+
+struct lct__saves {
+  lct__save_job *running; /* or NULL */
+  lct__waiters next;      /* asked during the running save: the next save's */
+};
+
+static void lct__waiters_call(lct__waiters *w, int rc, const lct__persist_result *r) {
+  for (size_t i = 0; i < w->n; i++)
+    w->at[i].cb(w->at[i].arg, rc, r);
+  free(w->at);
+  *w = (lct__waiters){0};
+}
+
+static void lct__save_start(lct__server *srv, lct__waiters answers);
+
+static void lct__save_write(void *arg) {
+  lct__save_job *job = arg;
+  lct__persist_write(job->snap);
+  uv_async_send(&job->written);
+}
+
+/* The save is over (its handle closed): answer it, start the next. */
+static void lct__save_end(uv_handle_t *h) {
+  lct__save_job *job = h->data;
+  lct__server *srv = job->srv;
+  lct__persist_result r;
+  int rc = lct__persist_end(srv, job->snap, &r);
+  lct__log_info("save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed%s", r.written,
+                r.written_bytes, r.removed, rc != 0 ? "; some could not be written" : "");
+  lct__waiters_call(&job->answers, rc, &r); /* a save asked for meanwhile waits for the next */
+  free(job);
+  lct__saves *saves = srv->saves;
+  lct__waiters next = saves->next;
+  saves->running = NULL;
+  saves->next = (lct__waiters){0};
+  if (next.n > 0)
+    lct__save_start(srv, next);
+  if (saves->running == NULL) { /* idle: nothing of the saves outlives them */
+    free(saves);
+    srv->saves = NULL;
+  }
+}
+
+static void lct__save_written(uv_async_t *a) {
+  lct__save_job *job = a->data;
+  if (job->threaded)
+    uv_thread_join(&job->writer);
+  uv_close((uv_handle_t *)&job->written, lct__save_end);
+}
+
+static void lct__save_start(lct__server *srv, lct__waiters answers) {
+  lct__save_job *job = calloc(1, sizeof *job);
+  int rc = job == NULL ? LCT_ENOMEM : lct__persist_begin(srv, &job->snap);
+  if (rc != 0) {
+    lct__persist_failed(srv);
+  } else if (uv_async_init(srv->loop, &job->written, lct__save_written) != 0) {
+    lct__persist_result ignored;
+    lct__persist_end(srv, job->snap, &ignored); /* unwritten: counted as a failed save */
+    rc = LCT_ENOMEM;
+  }
+  if (rc != 0) {
+    lct__persist_result none = {0};
+    free(job);
+    lct__waiters_call(&answers, rc, &none);
+    return;
+  }
+  job->srv = srv;
+  job->answers = answers;
+  job->written.data = job;
+  srv->saves->running = job;
+  job->threaded = uv_thread_create(&job->writer, lct__save_write, job) == 0;
+  if (!job->threaded) { /* never on the loop: it would stop serving for the whole write */
+    lct__log_error("persist: cannot start a thread for the save; it fails unwritten");
+    uv_async_send(&job->written);
+  }
+}
+
+static int lct__waiters_add(lct__waiters *w, lct__save_cb cb, void *arg) {
+  lct__save_waiter *grown = realloc(w->at, (w->n + 1) * sizeof *grown);
+  if (grown == NULL)
+    return LCT_ENOMEM;
+  w->at = grown;
+  w->at[w->n++] = (lct__save_waiter){cb, arg};
+  return 0;
+}
+
+int lct__save_request(lct__server *srv, lct__save_cb cb, void *arg) {
+  if (srv->saves == NULL && (srv->saves = calloc(1, sizeof *srv->saves)) == NULL)
+    return LCT_ENOMEM;
+  if (srv->saves->running != NULL)
+    return lct__waiters_add(&srv->saves->next, cb, arg);
+  lct__waiters answers = {0};
+  int rc = lct__waiters_add(&answers, cb, arg);
+  if (rc == 0)
+    lct__save_start(srv, answers);
+  if (srv->saves->running == NULL) { /* failed before it began (cb told) */
+    free(srv->saves);
+    srv->saves = NULL;
+  }
+  return rc;
+}
+
+void lct__save_abandon(lct__server *srv) {
+  lct__save_job *job = srv->saves != NULL ? srv->saves->running : NULL;
+  if (job == NULL)
+    return;
+  if (job->threaded)
+    uv_thread_join(&job->writer);
+  lct__persist_result r;
+  lct__persist_end(srv, job->snap, &r);
+  job->snap = NULL;
+  srv->saves->running = NULL; /* the job and its handle go with the process, which exits next */
 }

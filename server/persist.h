@@ -2,9 +2,12 @@
 #ifndef LCT_SERVER_PERSIST_H
 #define LCT_SERVER_PERSIST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "server.h"
+
+typedef struct lct__snapshot lct__snapshot;
 
 typedef struct lct__persist_result {
   uint64_t written;       /* tensors written by this save */
@@ -31,6 +34,23 @@ void lct__persist_failed(lct__server *srv);
 
 /* The three steps in a row, on the calling (loop) thread: at stop. */
 int lct__persist_save(lct__server *srv, lct__persist_result *r);
+
+/* Called on the loop thread when a save asked for with lct__save_request
+ * ends: rc 0, LCT_ENOMEM (it could not start) or LCT_EIO (r: what was
+ * written and what failed). */
+typedef void (*lct__save_cb)(void *arg, int rc, const lct__persist_result *r);
+
+/* A save on a thread of its own, so that the loop keeps serving puts and
+ * gets while files are written. One save runs at a time: one asked for
+ * while another runs is done by the next save, since its tensors may be
+ * newer than the running save's snapshot. LCT_ENOMEM (cb not called) when
+ * the request cannot be queued. Loop thread. */
+int lct__save_request(lct__server *srv, lct__save_cb cb, void *arg);
+
+/* At a stop that cannot wait: lets a save being written finish, so that the
+ * final save does not collide with it; its callbacks and the queued ones are
+ * never called. */
+void lct__save_abandon(lct__server *srv);
 
 /* Restores every snapshot file of persist_dir into the store with its
  * version, checksum and coded bytes. A corrupt or truncated file is logged,

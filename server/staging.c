@@ -105,7 +105,7 @@ static int lct__staging_room(const lct__staging *st, uint64_t bytes) {
 }
 
 int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
-                       const lct__put_decl *decl, lct__pending **out) {
+                       const lct_put_decl *decl, lct__pending **out) {
   lct__stats *stats = &st->srv->stats;
   if (stats->pending_puts >= (uint64_t)st->srv->cfg.max_pending_puts || !lct__staging_room(st, decl->raw_bytes))
     return LCT_ENOMEM;

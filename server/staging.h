@@ -12,7 +12,7 @@ typedef struct lct__pending {
   uint64_t id;
   uint8_t *key;
   size_t key_len;
-  lct__put_decl decl;
+  lct_put_decl decl;
   lct__piece *pieces; /* the chunks received, in order */
   size_t n_pieces, cap_pieces;
   uint64_t received;  /* bytes [0, received) have arrived, in order */
@@ -33,7 +33,7 @@ void lct__staging_destroy(lct__staging *st);
  * reserved for it) or the count of pending puts (stats.pending_puts) would
  * be exceeded. */
 int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
-                       const lct__put_decl *decl, lct__pending **out);
+                       const lct_put_decl *decl, lct__pending **out);
 lct__pending *lct__staging_find(lct__staging *st, uint64_t id);
 /* Appends len bytes at p->received that sit in the nanomsg message msg of
  * msg_bytes; the put takes msg over on success (0). The message's bytes

@@ -11,6 +11,8 @@
 #include "lct_codec.h"
 #include "lct_error.h"
 #include "lct_stats_fields.h"
+#include "server.h"
+#include "transport.h"
 
 const double lct__latency_bounds[LCT__LATENCY_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10};
@@ -236,4 +238,11 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   }
   *len = b.len;
   return b.p;
+}
+
+char *lct__server_stats_text(lct__server *srv, size_t *len) {
+  srv->stats.pool_capacity = lct__pool_capacity(srv->pool);
+  srv->stats.pool_used = lct__pool_used(srv->pool);
+  srv->stats.clients = lct__transport_clients(srv->transport);
+  return lct__stats_render(&srv->stats, srv->backend_name, len);
 }

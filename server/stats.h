@@ -78,6 +78,11 @@ void lct__stats_fallback(lct__stats *st, int reason);
 /* The STATS reply's summary: every field of lct_stats_fields.h, from st. */
 void lct__stats_summarize(const lct__stats *st, Lctpb__StatsSummary *sum);
 
+struct lct__server;
+/* Refreshes the server's pool and client gauges and renders every counter
+ * (lct__stats_render): the STATS payload and GET /metrics. */
+char *lct__server_stats_text(struct lct__server *srv, size_t *len);
+
 /* Renders Prometheus text exposition; returns a malloc'd string (NULL if out
  * of memory) and its length in *len. */
 char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len);

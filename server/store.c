@@ -1,4 +1,4 @@
-/* store.c — the tensor store: a chained hash table of refcounted entries, listed through a bounded heap. */
+/* store.c — the tensor store: a chained hash table of entries, listed through a bounded heap. */
 #include "store.h"
 
 #include <assert.h>
@@ -12,45 +12,6 @@ struct lct__store {
   uint64_t next_version;
   lct__stats *stats;
 };
-
-int lct__entry_new(lct__pool *pool, const uint8_t *key, size_t key_len, size_t n_segments,
-                   lct__entry **out) {
-  lct__entry *e = calloc(1, sizeof *e);
-  if (e == NULL)
-    return LCT_ENOMEM;
-  e->key = malloc(key_len);
-  e->segments = calloc(n_segments ? n_segments : 1, sizeof *e->segments);
-  if (e->key == NULL || e->segments == NULL) {
-    free(e->key);
-    free(e->segments);
-    free(e);
-    return LCT_ENOMEM;
-  }
-  memcpy(e->key, key, key_len);
-  e->key_len = key_len;
-  e->n_segments = n_segments;
-  e->pool = pool;
-  e->refs = 1;
-  *out = e;
-  return 0;
-}
-
-void lct__entry_ref(lct__entry *e) {
-  assert(e->refs > 0);
-  e->refs++;
-}
-
-void lct__entry_unref(lct__entry *e) {
-  assert(e->refs > 0);
-  if (--e->refs > 0)
-    return;
-  for (size_t i = 0; i < e->n_segments; i++)
-    if (e->segments[i].blob != NULL)
-      lct__pool_free(e->pool, e->segments[i].blob, e->segments[i].alloc_bytes);
-  free(e->segments);
-  free(e->key);
-  free(e);
-}
 
 uint64_t lct__key_hash(const uint8_t *key, size_t len, uint64_t basis) {
   uint64_t h = basis;
@@ -122,7 +83,7 @@ static void lct__gauges(lct__store *s, const lct__entry *e, int sign) {
   s->stats->tensors += (uint64_t)(int64_t)sign;
   s->stats->raw_bytes += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
   s->stats->stored_bytes += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);
-  if (e->dtype >= 0 && e->dtype < LCT_DTYPE_COUNT) {
+  if ((unsigned)e->dtype < LCT_DTYPE_COUNT) {
     s->stats->dtype_tensors[e->dtype] += (uint64_t)(int64_t)sign;
     s->stats->dtype_raw[e->dtype] += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
     s->stats->dtype_stored[e->dtype] += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);

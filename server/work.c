@@ -1,19 +1,21 @@
-/* work.c — codec jobs on the libuv threadpool: encode a put into segments, decode a range of a stored tensor. */
+/* work.c — host puts and gets on the codec workers: encode a put from host memory into segments, decode a range of a stored tensor into host memory. */
 #include "work.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codebook.h"
 #include "lct_checksum.h"
 #include "log.h"
+#include "workers.h"
 
 /* ---- put ---------------------------------------------------------------- */
 
 enum { LCT__DO_CRC = 1, LCT__DO_HIST = 2, LCT__DO_ENCODE = 4 };
 
 typedef struct lct__put_task {
-  uv_work_t work;
+  lct__task task;
   struct lct__put_job *job;
   size_t seg;
   uint32_t crc;
@@ -23,12 +25,11 @@ typedef struct lct__put_task {
 
 typedef struct lct__put_job {
   lct__server *srv;
-  lct__put_decl decl;
+  lct_put_decl decl;
   lct__put_src src;
   lct__entry *e;       /* being built; installed at the end */
   int round;           /* LCT__DO_* bits of the current round */
-  int reused;          /* the codebook came from the key's previous version */
-  int rebuilding;      /* drift detected: this histogram rebuilds */
+  lct__codebook_use use;
   size_t hist_len;     /* 2^s counters per segment */
   uint64_t *hists;     /* n_tasks * hist_len, while a histogram round runs */
   size_t pending;
@@ -72,8 +73,8 @@ static const uint8_t *lct__put_bytes(const lct__put_src *src, uint64_t off, uint
   return buf;
 }
 
-static void lct__put_task_run(uv_work_t *w) {
-  lct__put_task *t = w->data;
+static void lct__put_task_run(lct__task *task, int worker) {
+  lct__put_task *t = (lct__put_task *)task;
   lct__put_job *job = t->job;
   const lct__segment *sg = &job->e->segments[t->seg];
   uint8_t *gathered;
@@ -95,8 +96,7 @@ static void lct__put_task_run(uv_work_t *w) {
   if (t->rc == 0 && (job->round & LCT__DO_ENCODE)) {
     const lct__backend *be = lct__pool_backend(job->srv->pool);
     const lct_codebook *cb = job->e->has_codebook ? &job->e->codebook : NULL;
-    t->rc = be->ops->encode(be->ctx, job->decl.dtype, cb, src, n, sg->blob, sg->alloc_bytes,
-                            &t->est);
+    t->rc = be->ops->encode(be->ctx, worker, job->decl.dtype, cb, src, n, sg->blob, sg->alloc_bytes, &t->est);
   }
   free(gathered);
 }
@@ -121,8 +121,8 @@ static void lct__put_finish(lct__put_job *job, int rc, const char *why) {
 }
 
 /* After a round: fold the per-segment results and pick the next round. */
-static void lct__put_task_done(uv_work_t *w, int status) {
-  lct__put_task *t = w->data;
+static void lct__put_task_done(lct__task *task) {
+  lct__put_task *t = (lct__put_task *)task;
   lct__put_job *job = t->job;
   if (--job->pending > 0)
     return;
@@ -133,10 +133,6 @@ static void lct__put_task_done(uv_work_t *w, int status) {
       lct__put_finish(job, job->tasks[i].rc, "codec failed");
       return;
     }
-  }
-  if (status != 0) {
-    lct__put_finish(job, LCT_ENOMEM, "work cancelled");
-    return;
   }
   if (job->round & LCT__DO_CRC) {
     uint32_t crc = 0;
@@ -154,11 +150,12 @@ static void lct__put_task_done(uv_work_t *w, int status) {
     for (size_t i = 1; i < job->n_tasks; i++)
       for (size_t k = 0; k < job->hist_len; k++)
         sum[k] += job->hists[i * job->hist_len + k];
-    int rc = lct__codebook_set(srv, e, sum, job->rebuilding);
+    int rc = lct__codebook_build(e, sum);
     if (rc != 0) {
       lct__put_finish(job, rc, "codebook build failed");
       return;
     }
+    lct__codebook_adopt(srv, e, &job->use);
     free(job->hists);
     job->hists = NULL;
     lct__put_round(job, LCT__DO_ENCODE);
@@ -170,10 +167,7 @@ static void lct__put_task_done(uv_work_t *w, int status) {
       e->segments[i].blob_bytes = job->tasks[i].est.blob_bytes;
       code_bits += job->tasks[i].est.code_bits;
     }
-    if (job->reused && !job->rebuilding && lct__codebook_drifted(e, code_bits)) {
-      lct__log_debug("codebook of '%.*s' drifted: %llu code bits; rebuilding",
-                     (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, (unsigned long long)code_bits);
-      job->rebuilding = 1;
+    if (lct__codebook_after_encode(e, &job->use, code_bits) == LCT__PUT_HISTOGRAM) {
       lct__put_round(job, LCT__DO_HIST);
       return;
     }
@@ -193,105 +187,13 @@ static void lct__put_round(lct__put_job *job, int round) {
   job->pending = job->n_tasks;
   for (size_t i = 0; i < job->n_tasks; i++) {
     lct__put_task *t = &job->tasks[i];
-    t->work.data = t;
-    int rc = uv_queue_work(job->srv->loop, &t->work, lct__put_task_run, lct__put_task_done);
-    assert(rc == 0 && "uv_queue_work with a valid loop and callback");
-    (void)rc;
+    t->task.run = lct__put_task_run;
+    t->task.done = lct__put_task_done;
+    lct__workers_submit(job->srv->workers, &t->task);
   }
 }
 
-void lct__entry_publish(lct__server *srv, lct__entry *e) {
-  e->stored_bytes = 0;
-  for (size_t i = 0; i < e->n_segments; i++) {
-    lct__segment *sg = &e->segments[i];
-    sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
-    e->stored_bytes += sg->blob_bytes;
-  }
-  srv->stats.encoded_bytes += e->raw_bytes;
-  lct__store_install(srv->store, e);
-}
-
-int lct__codebook_drifted(const lct__entry *e, uint64_t code_bits) {
-  return e->has_codebook && e->n_elems > 0 &&
-         (double)code_bits > e->codebook.expected_bits_per_elem * (double)e->n_elems * (1.0 + LCT__DRIFT);
-}
-
-int lct__codebook_inherit(lct__server *srv, lct__entry *e) {
-  const lct__entry *prev = lct__store_find(srv->store, e->key, e->key_len);
-  if (prev == NULL || !prev->has_codebook || prev->dtype != e->dtype)
-    return 0;
-  e->codebook = prev->codebook;
-  e->codebook_id = prev->codebook_id;
-  e->has_codebook = 1;
-  return prev->codebook_stale ? 2 : 1;
-}
-
-int lct__codebook_set(lct__server *srv, lct__entry *e, const uint64_t *hist, int rebuild) {
-  /* O(alphabet) work: a 2^s + 1 symbol Huffman build, not a pass over data. */
-  int rc = lct_codebook_build(e->dtype, hist, &e->codebook);
-  if (rc == 0)
-    lct__codebook_adopt(srv, e, rebuild);
-  return rc;
-}
-
-void lct__codebook_adopt(lct__server *srv, lct__entry *e, int rebuild) {
-  e->has_codebook = 1;
-  e->codebook_id = ++srv->codebook_ids;
-  if (rebuild)
-    srv->stats.codebook_rebuilds++;
-  else
-    srv->stats.codebook_builds++;
-}
-
-uint64_t lct__segment_bytes(const lct__server *srv, uint64_t raw_bytes) {
-  const uint64_t align = 64 << 10;
-  uint64_t seg = srv->cfg.segment_size, threads = srv->threads > 0 ? (uint64_t)srv->threads : 1;
-  uint64_t spread = (raw_bytes / threads + align - 1) / align * align;
-  if (spread < LCT__SEGMENT_MIN)
-    spread = LCT__SEGMENT_MIN;
-  return spread < seg ? spread : seg;
-}
-
-uint64_t lct__put_reserve(const lct__server *srv, const lct__put_decl *decl) {
-  uint64_t seg_bytes = lct__segment_bytes(srv, decl->raw_bytes), esize = lct_dtype_size(decl->dtype);
-  uint64_t full = decl->raw_bytes / seg_bytes, tail = decl->raw_bytes % seg_bytes;
-  uint64_t total = full * lct_encode_bound(decl->dtype, seg_bytes / esize);
-  if (tail != 0 || full == 0)
-    total += lct_encode_bound(decl->dtype, tail / esize);
-  return total;
-}
-
-int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
-                       uint64_t seg_bytes, lct__entry **out) {
-  size_t esize = lct_dtype_size(decl->dtype);
-  assert(esize != 0 && decl->n_elems * esize == decl->raw_bytes && seg_bytes % (64 << 10) == 0);
-  uint64_t n_seg = decl->raw_bytes == 0 ? 1 : (decl->raw_bytes + seg_bytes - 1) / seg_bytes;
-  lct__entry *e;
-  int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
-  if (rc != 0)
-    return rc;
-  e->dtype = decl->dtype;
-  e->ndim = decl->ndim;
-  memcpy(e->shape, decl->shape, sizeof e->shape);
-  e->n_elems = decl->n_elems;
-  e->raw_bytes = decl->raw_bytes;
-  for (uint64_t i = 0; i < n_seg; i++) {
-    lct__segment *sg = &e->segments[i];
-    sg->raw_offset = i * seg_bytes;
-    sg->raw_bytes = decl->raw_bytes - sg->raw_offset < seg_bytes ? decl->raw_bytes - sg->raw_offset
-                                                                 : seg_bytes;
-    size_t bound = lct_encode_bound(decl->dtype, sg->raw_bytes / esize);
-    if ((rc = lct__pool_alloc(srv->pool, bound, &sg->blob)) != 0) {
-      lct__entry_unref(e);
-      return rc;
-    }
-    sg->alloc_bytes = bound;
-  }
-  *out = e;
-  return 0;
-}
-
-int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct__put_decl *decl,
+int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
                    const lct__put_src *src, lct__put_cb cb, void *arg) {
   lct__entry *e;
   int rc = lct__entry_reserve(srv, key, key_len, decl, lct__segment_bytes(srv, decl->raw_bytes), &e);
@@ -317,19 +219,15 @@ int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const l
   job->started = uv_hrtime();
   unsigned s = lct_dtype_symbol_bits(decl->dtype);
   job->hist_len = s ? (size_t)1 << s : 0;
-  int round = LCT__DO_CRC;
-  if (s == 0 || (job->reused = lct__codebook_inherit(srv, e)))
-    round |= LCT__DO_ENCODE;
-  else
-    round |= LCT__DO_HIST;
-  lct__put_round(job, round);
+  lct__put_step step = lct__codebook_start(srv, e, &job->use);
+  lct__put_round(job, LCT__DO_CRC | (step == LCT__PUT_HISTOGRAM ? LCT__DO_HIST : LCT__DO_ENCODE));
   return 0;
 }
 
 /* ---- get ---------------------------------------------------------------- */
 
 typedef struct lct__get_task {
-  uv_work_t work;
+  lct__task task;
   struct lct__get_job *job;
   size_t seg;
   int rc;
@@ -348,8 +246,8 @@ typedef struct lct__get_job {
   lct__get_task tasks[];
 } lct__get_job;
 
-static void lct__get_task_run(uv_work_t *w) {
-  lct__get_task *t = w->data;
+static void lct__get_task_run(lct__task *task, int worker) {
+  lct__get_task *t = (lct__get_task *)task;
   lct__get_job *job = t->job;
   const lct__segment *sg = &job->e->segments[t->seg];
   const lct__backend *be = lct__pool_backend(job->srv->pool);
@@ -359,7 +257,7 @@ static void lct__get_task_run(uv_work_t *w) {
   uint64_t seg_end = sg->raw_offset + sg->raw_bytes, end = job->offset + job->len;
   uint64_t b = seg_end < end ? seg_end : end;
   if (a == sg->raw_offset && b == seg_end) {
-    t->rc = be->ops->decode(be->ctx, dtype, n, sg->blob, sg->blob_bytes, job->dst + (a - job->offset));
+    t->rc = be->ops->decode(be->ctx, worker, dtype, n, sg->blob, sg->blob_bytes, job->dst + (a - job->offset));
     return;
   }
   uint8_t *scratch = malloc(sg->raw_bytes);
@@ -367,17 +265,15 @@ static void lct__get_task_run(uv_work_t *w) {
     t->rc = LCT_ENOMEM;
     return;
   }
-  t->rc = be->ops->decode(be->ctx, dtype, n, sg->blob, sg->blob_bytes, scratch);
+  t->rc = be->ops->decode(be->ctx, worker, dtype, n, sg->blob, sg->blob_bytes, scratch);
   if (t->rc == 0)
     memcpy(job->dst + (a - job->offset), scratch + (a - sg->raw_offset), b - a);
   free(scratch);
 }
 
-static void lct__get_task_done(uv_work_t *w, int status) {
-  lct__get_task *t = w->data;
+static void lct__get_task_done(lct__task *task) {
+  lct__get_task *t = (lct__get_task *)task;
   lct__get_job *job = t->job;
-  if (status != 0 && t->rc == 0)
-    t->rc = LCT_ENOMEM;
   if (--job->pending > 0)
     return;
   int rc = 0;
@@ -419,10 +315,9 @@ int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t le
     lct__get_task *t = &job->tasks[i];
     t->job = job;
     t->seg = first + i;
-    t->work.data = t;
-    int rc = uv_queue_work(srv->loop, &t->work, lct__get_task_run, lct__get_task_done);
-    assert(rc == 0 && "uv_queue_work with a valid loop and callback");
-    (void)rc;
+    t->task.run = lct__get_task_run;
+    t->task.done = lct__get_task_done;
+    lct__workers_submit(srv->workers, &t->task);
   }
   return 0;
 }

@@ -56,7 +56,7 @@ static void round_trip(int dtype, const void *src, uint64_t n, const lct_codeboo
   void *blob;
   cr_assert_eq(be.ops->alloc(be.ctx, cap, &blob), 0);
   lct_encode_stats gs, cs;
-  int rc = be.ops->encode(be.ctx, dtype, cb, src, n, blob, cap, &gs);
+  int rc = be.ops->encode(be.ctx, 0, dtype, cb, src, n, blob, cap, &gs);
   cr_assert_eq(rc, 0, "gpu encode %s n=%llu: %s", lct_dtype_name(dtype), (unsigned long long)n, lct_strerror(rc));
   uint8_t *ref = malloc(cap), *got = malloc(gs.blob_bytes ? gs.blob_bytes : 1), *back = malloc(bytes + 1);
   cr_assert_eq(lct_encode(dtype, cb, src, n, ref, cap, &cs), 0);
@@ -66,7 +66,7 @@ static void round_trip(int dtype, const void *src, uint64_t n, const lct_codeboo
   cr_assert_eq(gs.code_bits, cs.code_bits, "the backend's code bits are the encoder's");
   cr_assert_eq(cudaMemcpy(got, blob, gs.blob_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   cr_assert_eq(memcmp(got, ref, gs.blob_bytes), 0, "the GPU writes the CPU codec's bytes");
-  cr_assert_eq(be.ops->decode(be.ctx, dtype, n, blob, gs.blob_bytes, back), 0);
+  cr_assert_eq(be.ops->decode(be.ctx, 0, dtype, n, blob, gs.blob_bytes, back), 0);
   cr_assert(bytes == 0 || memcmp(back, src, bytes) == 0);
   be.ops->release(be.ctx, blob, cap);
   free(ref);
@@ -93,10 +93,18 @@ Test(backend_cuda, codec_matches_cpu) {
   free(g);
 }
 
-/* One thread of worker_threads: ten of round_trip's checks, counted into
- * *arg (Criterion's asserts belong to the test's own thread). */
+/* One worker of worker_threads, on a thread of its own. */
+typedef struct worker_run {
+  int worker;
+  int failures;
+} worker_run;
+
+/* One thread of worker_threads: ten of round_trip's checks as its worker,
+ * counted into its failures (Criterion's asserts belong to the test's own
+ * thread). */
 static void *encode_in_thread(void *arg) {
-  int *failures = arg;
+  const int worker = ((worker_run *)arg)->worker;
+  int *failures = &((worker_run *)arg)->failures;
   size_t bytes;
   uint8_t *w = test_read_data("A_s100_w.bf16.bin", &bytes);
   uint64_t n = bytes / 2;
@@ -112,11 +120,11 @@ static void *encode_in_thread(void *arg) {
       ++*failures;
       break;
     }
-    *failures += be.ops->encode(be.ctx, LCT_DTYPE_BF16, &cb, w, n, blob, cap, &gs) != 0 ||
+    *failures += be.ops->encode(be.ctx, worker, LCT_DTYPE_BF16, &cb, w, n, blob, cap, &gs) != 0 ||
                  gs.blob_bytes != cs.blob_bytes ||
                  cudaMemcpy(got, blob, gs.blob_bytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
                  memcmp(got, ref, gs.blob_bytes) != 0 ||
-                 be.ops->decode(be.ctx, LCT_DTYPE_BF16, n, blob, gs.blob_bytes, back) != 0 || memcmp(back, w, bytes) != 0;
+                 be.ops->decode(be.ctx, worker, LCT_DTYPE_BF16, n, blob, gs.blob_bytes, back) != 0 || memcmp(back, w, bytes) != 0;
     be.ops->release(be.ctx, blob, cap);
   }
   free(ref);
@@ -129,8 +137,12 @@ static void *encode_in_thread(void *arg) {
 Test(backend_cuda, worker_threads) {
   NEED_GPU();
   pthread_t t[4];
-  int failures[4] = {0};
-  for (int i = 0; i < 4; i++) cr_assert_eq(pthread_create(&t[i], NULL, encode_in_thread, &failures[i]), 0);
+  worker_run runs[4];
+  for (int i = 0; i < 4; i++) {
+    runs[i] = (worker_run){.worker = i};
+    cr_assert_eq(pthread_create(&t[i], NULL, encode_in_thread, &runs[i]), 0);
+  }
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < 4; i++) cr_assert_eq(failures[i], 0, "thread %d: a GPU round trip differed from the CPU codec", i);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(runs[i].failures, 0, "worker %d: a GPU round trip differed from the CPU codec", i);
 }

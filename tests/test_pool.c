@@ -58,11 +58,11 @@ Test(pool, cpu_backend_codec) {
   void *blob;
   cr_assert_eq(lct__pool_alloc(p, cap, &blob), 0);
   lct_encode_stats st;
-  cr_assert_eq(be->ops->encode(be->ctx, LCT_DTYPE_BF16, &cb, src, n, blob, cap, &st), 0);
+  cr_assert_eq(be->ops->encode(be->ctx, 0, LCT_DTYPE_BF16, &cb, src, n, blob, cap, &st), 0);
   cr_assert_lt(st.blob_bytes, n * 2, "bf16 with 9 exponent values compresses");
   size_t held = lct__pool_shrink(p, &blob, cap, st.blob_bytes);
-  cr_assert_eq(be->ops->decode(be->ctx, LCT_DTYPE_BF16, n, blob, st.blob_bytes, back), 0);
-  cr_assert_eq(be->ops->decode(be->ctx, LCT_DTYPE_F16, n, blob, st.blob_bytes, back), LCT_ECORRUPT,
+  cr_assert_eq(be->ops->decode(be->ctx, 0, LCT_DTYPE_BF16, n, blob, st.blob_bytes, back), 0);
+  cr_assert_eq(be->ops->decode(be->ctx, 0, LCT_DTYPE_F16, n, blob, st.blob_bytes, back), LCT_ECORRUPT,
                "a blob that is not what the entry says is refused");
   cr_assert_eq(memcmp(src, back, n * 2), 0);
   lct__pool_free(p, blob, held);

@@ -29,8 +29,8 @@ static void teardown(void) {
   lct__config_free(&srv.cfg);
 }
 
-static lct__put_decl decl(uint64_t bytes) {
-  lct__put_decl d;
+static lct_put_decl decl(uint64_t bytes) {
+  lct_put_decl d;
   memset(&d, 0, sizeof d);
   d.dtype = LCT_DTYPE_RAW;
   d.ndim = 1;
@@ -41,7 +41,7 @@ static lct__put_decl decl(uint64_t bytes) {
 TestSuite(staging, .init = setup, .fini = teardown);
 
 Test(staging, budgets) {
-  lct__put_decl d600 = decl(600), d500 = decl(500), d400 = decl(400), d0 = decl(0);
+  lct_put_decl d600 = decl(600), d500 = decl(500), d400 = decl(400), d0 = decl(0);
   lct__pending *a, *b, *c, *e;
   cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"a", 1, &d600, &a), 0);
   cr_assert_eq(srv.stats.staging_bytes, 600);
@@ -68,7 +68,7 @@ Test(staging, budgets) {
 Test(staging, message_framing_counts) {
   /* A chunk's message is kept whole: its bytes beyond the payload count, so
    * that small chunks with large headers cannot hold more than the budget. */
-  lct__put_decl d = decl(600);
+  lct_put_decl d = decl(600);
   lct__pending *p;
   cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"a", 1, &d, &p), 0);
   void *m1 = nn_allocmsg(300, 0), *m2 = nn_allocmsg(500, 0);
@@ -86,7 +86,7 @@ Test(staging, message_framing_counts) {
 static void stop_loop(uv_timer_t *t) { uv_stop(t->loop); }
 
 Test(staging, idle_puts_expire) {
-  lct__put_decl d = decl(100);
+  lct_put_decl d = decl(100);
   lct__pending *idle, *busy;
   cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"idle", 4, &d, &idle), 0);
   cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"busy", 4, &d, &busy), 0);

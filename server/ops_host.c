@@ -1,0 +1,377 @@
+/* ops_host.c — the ops on host memory: put (whole or chunked), get, delete, stat, list, stats, save, ping. */
+#include <inttypes.h>
+#include <nanomsg/nn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lct_error.h"
+#include "ops.h"
+#include "persist.h"
+#include "staging.h"
+#include "work.h"
+
+#ifndef LCT_VERSION
+#define LCT_VERSION "0"
+#endif
+
+#define LCT__LIST_DEFAULT 100
+
+/* Checks a put's key and declaration; replies itself on failure. */
+static int lct__put_check_or_reply(lct__request *rq, lct_put_decl *d) {
+  char why[160];
+  int rc = lct__put_check(&rq->srv->cfg, &rq->hdr->key, rq->hdr->meta, d, why, sizeof why);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "%s", why);
+  return rc == 0;
+}
+
+/* ---- put ---------------------------------------------------------------- */
+
+/* A committed chunked put's staged bytes, held until its encode ends. */
+static void lct__release_pending(lct__request *rq) {
+  lct__staging_release(rq->srv->staging, rq->op_state);
+  rq->op_state = NULL;
+  rq->op_release = NULL;
+}
+
+static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *e) {
+  lct__request *rq = arg;
+  if (rq->op_release != NULL)
+    lct__release_pending(rq);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+/* Starts the encode of a complete tensor; replies itself on failure. */
+static void lct__put_begin_encode(lct__request *rq, const uint8_t *key, size_t key_len,
+                                  const lct_put_decl *d, const lct__put_src *src) {
+  int rc = lct__put_start(rq->srv, key, key_len, d, src, lct__put_done, rq);
+  if (rc == LCT_ENOSPC)
+    lct__reply_nospc(rq, lct__entry_reserve_bytes(rq->srv, d));
+  else if (rc != 0)
+    lct__reply_error(rq, rc, "cannot start the encode");
+}
+
+void lct__op_put(lct__request *rq) {
+  lct_put_decl d;
+  if (!lct__need_key(rq) || !lct__put_check_or_reply(rq, &d))
+    return;
+  if (rq->frame.payload_len != d.raw_bytes) {
+    lct__reply_error(rq, LCT_ESIZE, "payload is %zu bytes; dtype and shape make %" PRIu64,
+                     rq->frame.payload_len, d.raw_bytes);
+    return;
+  }
+  if (d.raw_bytes > rq->srv->cfg.frame_size) {
+    lct__reply_error(rq, LCT_E2BIG, "%" PRIu64 " bytes exceed the frame size %" PRIu64
+                     "; use a chunked put", d.raw_bytes, rq->srv->cfg.frame_size);
+    return;
+  }
+  lct__put_src src = {rq->frame.payload, NULL, 0};
+  lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &src);
+}
+
+void lct__op_put_begin(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  lct_put_decl d;
+  if (!lct__need_key(rq) || !lct__put_check_or_reply(rq, &d))
+    return;
+  if (rq->frame.payload_len != 0) {
+    lct__reply_error(rq, LCT_EINVAL, "put-begin carries no payload; send it in put-chunk");
+    return;
+  }
+  uint64_t need = lct__entry_reserve_bytes(srv, &d);
+  if (!lct__pool_fits(srv->pool, need)) {
+    lct__reply_nospc(rq, need);
+    return;
+  }
+  lct__pending *p;
+  int rc = lct__staging_begin(srv->staging, rq->hdr->key.data, rq->hdr->key.len, &d, &p);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "staging full: %" PRIu64 " of %" PRIu64 " bytes held by %" PRIu64
+                     " puts; %" PRIu64 " more needed",
+                     srv->stats.staging_bytes, srv->cfg.staging_memory, srv->stats.pending_puts,
+                     d.raw_bytes);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_put_id = 1;
+  rp.put_id = p->id;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+static lct__pending *lct__find_put(lct__request *rq) {
+  lct__pending *p = rq->hdr->has_put_id ? lct__staging_find(rq->srv->staging, rq->hdr->put_id)
+                                         : NULL;
+  if (p == NULL)
+    lct__reply_error(rq, LCT_ENOENT, "no such put (never begun, committed, aborted or expired)");
+  else if (rq->hdr->has_key &&
+           (rq->hdr->key.len != p->key_len || memcmp(rq->hdr->key.data, p->key, p->key_len))) {
+    lct__reply_error(rq, LCT_EINVAL, "key differs from the one the put began with");
+    p = NULL;
+  }
+  return p;
+}
+
+void lct__op_put_chunk(lct__request *rq) {
+  lct__pending *p = lct__find_put(rq);
+  if (p == NULL)
+    return;
+  uint64_t off = rq->hdr->has_offset ? rq->hdr->offset : UINT64_MAX;
+  size_t len = rq->frame.payload_len;
+  if (off != p->received) {
+    lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 "; the put expects %" PRIu64,
+                     off, p->received);
+    return;
+  }
+  if (len > p->decl.raw_bytes - p->received) {
+    lct__reply_error(rq, LCT_ESIZE, "chunk of %zu bytes at %" PRIu64 " runs past %" PRIu64, len,
+                     off, p->decl.raw_bytes);
+    return;
+  }
+  if (len > 0) {
+    /* The put keeps the message: no copy of the payload. */
+    size_t msg_bytes = LCT_WIRE_PREFIX_BYTES + rq->frame.header_len + len;
+    if (lct__staging_add(rq->srv->staging, p, rq->msg, msg_bytes, rq->frame.payload, len) != 0) {
+      lct__reply_error(rq, LCT_ENOMEM, "staging full: %" PRIu64 " of %" PRIu64 " bytes held; this chunk's "
+                       "message needs %zu beyond its payload", rq->srv->stats.staging_bytes,
+                       rq->srv->cfg.staging_memory, msg_bytes - len);
+      return;
+    }
+    rq->msg = NULL;
+  }
+  lct__staging_touch(rq->srv->staging, p);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_received = 1;
+  rp.received = p->received;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+void lct__op_put_commit(lct__request *rq) {
+  lct__pending *p = lct__find_put(rq);
+  if (p == NULL)
+    return;
+  if (p->received != p->decl.raw_bytes) {
+    lct__reply_error(rq, LCT_ESIZE, "put incomplete: %" PRIu64 " of %" PRIu64 " bytes received",
+                     p->received, p->decl.raw_bytes);
+    return;
+  }
+  lct__staging_take(rq->srv->staging, p);
+  rq->op_state = p; /* released when the encode ends, or with the request */
+  rq->op_release = lct__release_pending;
+  lct__put_src src = {NULL, p->pieces, p->n_pieces};
+  lct__put_begin_encode(rq, p->key, p->key_len, &p->decl, &src);
+}
+
+void lct__op_put_abort(lct__request *rq) {
+  lct__pending *p = lct__find_put(rq);
+  if (p == NULL)
+    return;
+  lct__staging_take(rq->srv->staging, p);
+  lct__staging_release(rq->srv->staging, p);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+/* ---- get, delete, stat, list -------------------------------------------- */
+
+static void lct__get_done(void *arg, int rc) {
+  lct__request *rq = arg;
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "stored tensor failed to decode");
+    return;
+  }
+  void *msg = rq->reply_msg;
+  rq->reply_msg = NULL;
+  lct__reply_send(rq, 0, msg, rq->reply_len);
+}
+
+/* The entry a GET reads; else the error is answered and NULL returned. */
+static lct__entry *lct__find_to_read(lct__request *rq) {
+  if (!lct__need_key(rq))
+    return NULL;
+  lct__entry *e;
+  char why[96];
+  int rc = lct__entry_to_read(rq->srv, &rq->hdr->key, rq->hdr->has_version, rq->hdr->version, &e, why, sizeof why);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
+    return NULL;
+  }
+  return e;
+}
+
+void lct__op_get(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  Lctpb__Request *h = rq->hdr;
+  lct__entry *e = lct__find_to_read(rq);
+  if (e == NULL)
+    return;
+  uint64_t off = h->has_offset ? h->offset : 0;
+  if (off > e->raw_bytes) {
+    lct__reply_error(rq, LCT_EINVAL, "offset %" PRIu64 " beyond the tensor's %" PRIu64 " bytes",
+                     off, e->raw_bytes);
+    return;
+  }
+  uint64_t len = e->raw_bytes - off;
+  if (h->has_length && h->length < len)
+    len = h->length;
+  if (len > srv->cfg.frame_size)
+    len = srv->cfg.frame_size;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  rp.has_offset = 1;
+  rp.offset = off;
+  uint8_t *dst;
+  int rc = lct__reply_alloc(&rp, (size_t)len, &rq->reply_msg, &rq->reply_len, &dst);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "cannot allocate a %" PRIu64 "-byte reply", len);
+    return;
+  }
+  if (len == 0) {
+    lct__get_done(rq, 0);
+    return;
+  }
+  if ((rc = lct__get_start(srv, e, off, len, dst, lct__get_done, rq)) != 0)
+    lct__reply_error(rq, rc, "cannot start the decode");
+}
+
+void lct__op_delete(lct__request *rq) {
+  if (!lct__need_key(rq))
+    return;
+  if (lct__store_remove(rq->srv->store, rq->hdr->key.data, rq->hdr->key.len) != 0) {
+    lct__reply_error(rq, LCT_ENOENT, "no such key");
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+void lct__op_stat(lct__request *rq) {
+  if (!lct__need_key(rq))
+    return;
+  lct__entry *e;
+  char why[96];
+  int rc = lct__entry_to_read(rq->srv, &rq->hdr->key, 0, 0, &e, why, sizeof why);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+void lct__op_list(lct__request *rq) {
+  Lctpb__Request *h = rq->hdr;
+  size_t limit = h->has_limit && h->limit > 0 ? h->limit : LCT__LIST_DEFAULT;
+  if (limit > LCT_LIST_MAX)
+    limit = LCT_LIST_MAX;
+  lct__entry **found = malloc(limit * sizeof *found);
+  Lctpb__ListEntry *items = malloc(limit * sizeof *items);
+  Lctpb__ListEntry **ptrs = malloc(limit * sizeof *ptrs);
+  Lctpb__TensorMeta *metas = malloc(limit * sizeof *metas);
+  if (found == NULL || items == NULL || ptrs == NULL || metas == NULL) {
+    free(found), free(items), free(ptrs), free(metas);
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory listing keys");
+    return;
+  }
+  int more;
+  size_t n = lct__store_list(rq->srv->store, h->has_prefix ? h->prefix.data : NULL,
+                             h->has_prefix ? h->prefix.len : 0,
+                             h->has_cursor ? h->cursor.data : NULL,
+                             h->has_cursor ? h->cursor.len : 0, limit, found, &more);
+  for (size_t i = 0; i < n; i++) {
+    lctpb__list_entry__init(&items[i]);
+    items[i].key.data = found[i]->key;
+    items[i].key.len = found[i]->key_len;
+    lct__meta_of(found[i], &metas[i]);
+    items[i].meta = &metas[i];
+    ptrs[i] = &items[i];
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.n_entries = n;
+  rp.entries = ptrs;
+  if (more && n > 0) {
+    rp.has_next_cursor = 1;
+    rp.next_cursor.data = found[n - 1]->key;
+    rp.next_cursor.len = found[n - 1]->key_len;
+  }
+  lct__reply(rq, &rp, NULL, 0);
+  free(found), free(items), free(ptrs), free(metas);
+}
+
+/* ---- stats, save, ping ------------------------------------------------- */
+
+void lct__op_stats(lct__request *rq) {
+  lct__server *srv = rq->srv;
+  lct__stats *st = &srv->stats;
+  size_t len;
+  char *text = lct__server_stats_text(srv, &len);
+  if (text == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory rendering stats");
+    return;
+  }
+  Lctpb__StatsSummary sum;
+  lct__stats_summarize(st, &sum);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.stats = &sum;
+  lct__reply(rq, &rp, text, len);
+  free(text);
+}
+
+static void lct__save_done(void *arg, int rc, const lct__persist_result *r) {
+  lct__request *rq = arg;
+  if (rc == LCT_ENOMEM) {
+    lct__reply_error(rq, rc, "out of memory starting a save");
+    return;
+  }
+  if (rc != 0 && r->failed == 0) {
+    lct__reply_error(rq, LCT_EIO, "persist_dir could not be written (see the server log for why)");
+    return;
+  }
+  if (rc != 0) {
+    lct__reply_error(rq, LCT_EIO, "%" PRIu64 " tensors written, %" PRIu64
+                     " could not be (see the server log for why)", r->written, r->failed);
+    return;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.has_saved_tensors = 1;
+  rp.saved_tensors = r->written;
+  rp.has_saved_bytes = 1;
+  rp.saved_bytes = r->written_bytes;
+  lct__reply(rq, &rp, NULL, 0);
+}
+
+void lct__op_save(lct__request *rq) {
+  if (*rq->srv->cfg.persist_dir == '\0') {
+    lct__reply_error(rq, LCT_ECONFIG, "this lctd has no persist_dir: nothing to save to");
+    return;
+  }
+  if (lct__save_request(rq->srv, lct__save_done, rq) != 0)
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory queueing a save");
+}
+
+void lct__op_ping(lct__request *rq) {
+  Lctpb__ServerInfo info = LCTPB__SERVER_INFO__INIT;
+  info.protocol = LCT_WIRE_VERSION;
+  info.server = "lctd " LCT_VERSION;
+  info.backend = (char *)rq->srv->backend_name;
+  info.frame_bytes = rq->srv->cfg.frame_size;
+  info.key_max = (uint32_t)rq->srv->cfg.max_key_length;
+  info.list_max = LCT_LIST_MAX;
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.info = &info;
+  lct__reply(rq, &rp, NULL, 0);
+}
+

@@ -1,0 +1,58 @@
+/* request.h — a request from receipt to reply: parse the frame, dispatch through the op table, answer exactly once. */
+#ifndef LCT_SERVER_REQUEST_H
+#define LCT_SERVER_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server.h"
+
+/* One request from receipt to reply; owns the nanomsg buffers. */
+typedef struct lct__request {
+  lct__server *srv;
+  int sock;
+  void *control;        /* routing header, handed back with the reply */
+  void *msg;            /* the received message (NULL once an op keeps it) */
+  uint32_t op;
+  lct_wire_frame frame; /* views into msg */
+  Lctpb__Request *hdr;
+  void *reply_msg;      /* a reply being filled by codec workers (GET) */
+  size_t reply_len;
+  void *op_state;       /* what the op holds until the request ends, */
+  void (*op_release)(struct lct__request *rq); /* and how it lets go of it */
+  uint64_t received;    /* uv_hrtime at receipt */
+} lct__request;
+
+/* The transport's callback (lct__on_message) with the lct__server as arg:
+ * every message gets exactly one reply, an error reply for garbage. */
+void lct__handle_message(void *srv, int sock, void *msg, size_t len, void *control);
+
+/* ---- replies: each ends the request ---- */
+
+/* Packs rp into a new nanomsg buffer with room for plen payload bytes. */
+int lct__reply_alloc(Lctpb__Reply *rp, size_t plen, void **msg, size_t *len, uint8_t **payload);
+/* Sends a packed reply (status 0 or a positive wire code), counted. */
+void lct__reply_send(lct__request *rq, uint32_t status, void *msg, size_t len);
+void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, size_t plen);
+void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An error reply; item >= 0 names the item of a _MANY request at fault. */
+void lct__reply_status(lct__request *rq, int err, long item, const char *text);
+
+/* ---- what several ops check and answer alike ---- */
+
+/* The entry's metadata as the wire carries it (shape borrowed from e). */
+void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m);
+/* Whether the request has a key; answers LCT_EINVAL if not. */
+int lct__need_key(lct__request *rq);
+/* A put's key and declaration against max_key_length and max_tensor_size:
+ * 0, or an error code with its reason in why. */
+int lct__put_check(const lct__config *cfg, const ProtobufCBinaryData *key, const Lctpb__TensorMeta *meta,
+                   lct_put_decl *d, char *why, size_t cap);
+/* The entry of key to read, at the version asked for if any: 0, or
+ * LCT_ENOENT / LCT_ESTALE with why. */
+int lct__entry_to_read(const lct__server *srv, const ProtobufCBinaryData *key, int has_version, uint64_t version,
+                       lct__entry **e, char *why, size_t cap);
+/* LCT_ENOSPC for a put that needs up to need pool bytes. */
+void lct__reply_nospc(lct__request *rq, uint64_t need);
+
+#endif

@@ -23,8 +23,8 @@ typedef struct lct__batch_seg {
   uint64_t blob_bytes;        /* encode */
   uint64_t code_bits;         /* encode: as lct_encode_stats.code_bits */
   uint32_t crc;               /* encode: CRC-32C of the raw bytes */
-  uint64_t *hist;             /* hist_batch: host counters (2^s) the segment's symbol counts are added to
-                                 (consecutive segments of one tensor share them) */
+  uint64_t *hist;             /* hist_batch, encode_batch: host counters (2^s) the segment's symbol counts
+                                 are added to (consecutive segments of one tensor share them), or NULL */
 } lct__batch_seg;
 
 /* A backend owns blob memory (host memory for cpu, a device region reserved
@@ -71,7 +71,8 @@ typedef struct lct__backend_ops {
   /* Device puts and gets (server/device_batch.c): many segments in one pass
    * of the GPU codec (a few launches and one wait per group, whatever their
    * number) straight from and into mapped client buffers, aligned to the
-   * element size; hist_batch adds each segment's symbol counts to its hist.
+   * element size; hist_batch, and encode_batch in the same pass, add the
+   * symbol counts of the segments that have a hist to it.
    * Worker thread; returns an argument or CUDA error, per-segment failures in
    * their rc. A decode_batch may run while an encode_batch or hist_batch
    * does (a trainer's fetch beside its store). */

@@ -260,7 +260,7 @@ static void lct__hist_add(lct__cuda_batch *b, size_t slots) {
       b->hist_of[s][j] += b->hist_pinned[s * LCT__CUDA_SYMS + j];
 }
 
-/* The histograms that build codebooks (a first put, a rebuild after drift): the histogram kernel. */
+/* First puts' histograms, before their codebooks exist: the histogram kernel. */
 static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
   for (size_t done = 0; done < n;) {
     size_t k = 0, slots = 0;
@@ -291,18 +291,24 @@ static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
 }
 
 /* Encodes segs[0..k) (k <= LCT__BATCH_GROUP), a group whose codebooks are in
- * place, and waits once; fills their results. */
+ * place and whose histograms fit its slots, and waits once; fills their
+ * results, and their hists from the encoder's counts. */
 static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, size_t k) {
   uint64_t *blob = b->pinned, *bits = b->pinned + LCT__BATCH_GROUP;
   uint32_t *crc = (uint32_t *)(b->pinned + 2 * LCT__BATCH_GROUP);
+  size_t slots = 0;
   for (size_t i = 0; i < k; i++) {
     b->enc[i].blob_bytes = &blob[i];
     b->enc[i].code_bits = &b->bits[i];
-    b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size((lct_dtype)segs[i].dtype), &crc[i]};
+    b->enc[i].hist = lct__hist_dev(b, &segs[i], &slots);
+    b->crc[i] = (lct_cuda_crc_item){segs[i].src, segs[i].n * lct_dtype_size(segs[i].dtype), &crc[i]};
   }
   if (lct_cuda_crc32c_batch_workspace_size(b->crc, k) > b->crc_work_bytes ||
       lct_cuda_encode_workspace_size(b->enc, k) > b->work_bytes)
     return LCT_EBUFSIZE; /* the caller splits the group */
+  const size_t hist_bytes = lct__hist_bytes(slots);
+  if (hist_bytes > 0)
+    LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, hist_bytes, b->stream));
   int rc;
   if ((rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
@@ -310,6 +316,8 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
     return rc;
   LCT__CUDA_TRY(cudaMemcpyAsync(bits, b->bits, k * sizeof *bits, cudaMemcpyDeviceToHost, b->stream));
+  if (hist_bytes > 0)
+    LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, hist_bytes, cudaMemcpyDeviceToHost, b->stream));
   LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
   for (size_t i = 0; i < k; i++) {
     segs[i].blob_bytes = blob[i];
@@ -317,6 +325,7 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
     segs[i].crc = crc[i];
     segs[i].rc = blob[i] <= segs[i].cap ? 0 : LCT_ECUDA;
   }
+  lct__hist_add(b, slots);
   return 0;
 }
 
@@ -324,8 +333,9 @@ static int lct__batch_encode(lct__cuda_batch *b, lct__batch_seg *segs, size_t n)
   int rc = 0;
   for (size_t done = 0; done < n && rc == 0;) {
     b->groups++;
-    size_t k = 0;
-    while (done + k < n && k < LCT__BATCH_GROUP) {
+    size_t k = 0, slots = 0;
+    const uint64_t *last = NULL;
+    while (done + k < n && k < LCT__BATCH_GROUP && lct__hist_slot(&last, &slots, segs[done + k].hist)) {
       const lct__batch_seg *sg = &segs[done + k];
       lct_cuda_codebook *dcb = NULL;
       if (sg->cb != NULL) {

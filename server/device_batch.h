@@ -24,11 +24,8 @@ typedef void (*lct__batch_cb)(void *arg, int rc, size_t failed, const char *why)
 /* Encodes the n items (distinct keys, device put declarations checked by the
  * caller) and installs them all, or none: the stored versions are untouched
  * on failure. Pool memory for all is reserved up front: LCT_ENOSPC here
- * (*failed: the first item that did not fit; cb is not called). Codebooks are
- * reused, and built on a key's first put, as for PUT; a put whose codes drift
- * from its codebook is stored as coded, and the key's next batch put has the
- * encoder count its symbols in the same pass and rebuilds the codebook for
- * the put after. */
+ * (*failed: the first item that did not fit; cb is not called). Codebooks
+ * follow codebook.h, as for every put. */
 int lct__batch_put_start(lct__server *srv, lct__batch_item *items, size_t n, lct__batch_cb cb, void *arg,
                          size_t *failed);
 

@@ -42,6 +42,7 @@ typedef struct lct__entry {
   int has_codebook;
   lct_codebook codebook;    /* reused by the key's next put (codebook.h) */
   uint64_t codebook_id;     /* names codebook server-wide: equal ids, equal codebooks (device codebook caches) */
+  int codebook_stale;       /* this version's codes drifted from codebook: the next put rebuilds it */
   size_t n_segments;
   lct__segment *segments;
   int persisted;            /* persist_dir holds this version (the one mutable field) */

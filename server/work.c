@@ -29,7 +29,7 @@ typedef struct lct__put_job {
   lct__put_src src;
   lct__entry *e;       /* being built; installed at the end */
   int round;           /* LCT__DO_* bits of the current round */
-  lct__codebook_use use;
+  lct__put_step step;  /* how it codes, by the codebook policy */
   size_t hist_len;     /* 2^s counters per segment */
   uint64_t *hists;     /* n_tasks * hist_len, while a histogram round runs */
   size_t pending;
@@ -145,7 +145,15 @@ static void lct__put_task_done(lct__task *task) {
     }
     e->checksum = crc;
   }
-  if (job->round & LCT__DO_HIST) {
+  if (job->round & LCT__DO_ENCODE) {
+    uint64_t code_bits = 0;
+    for (size_t i = 0; i < job->n_tasks; i++) {
+      e->segments[i].blob_bytes = job->tasks[i].est.blob_bytes;
+      code_bits += job->tasks[i].est.code_bits;
+    }
+    lct__codebook_coded(e, job->step, code_bits);
+  }
+  if (job->round & LCT__DO_HIST) { /* a first put's, or counted beside the encode of a drifted key's */
     uint64_t *sum = job->hists;
     for (size_t i = 1; i < job->n_tasks; i++)
       for (size_t k = 0; k < job->hist_len; k++)
@@ -155,20 +163,11 @@ static void lct__put_task_done(lct__task *task) {
       lct__put_finish(job, rc, "codebook build failed");
       return;
     }
-    lct__codebook_adopt(srv, e, &job->use);
+    lct__codebook_adopt(srv, e, job->step);
     free(job->hists);
     job->hists = NULL;
-    lct__put_round(job, LCT__DO_ENCODE);
-    return;
-  }
-  if (job->round & LCT__DO_ENCODE) {
-    uint64_t code_bits = 0;
-    for (size_t i = 0; i < job->n_tasks; i++) {
-      e->segments[i].blob_bytes = job->tasks[i].est.blob_bytes;
-      code_bits += job->tasks[i].est.code_bits;
-    }
-    if (lct__codebook_after_encode(e, &job->use, code_bits) == LCT__PUT_HISTOGRAM) {
-      lct__put_round(job, LCT__DO_HIST);
+    if (!(job->round & LCT__DO_ENCODE)) {
+      lct__put_round(job, LCT__DO_ENCODE);
       return;
     }
   }
@@ -219,8 +218,11 @@ int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const l
   job->started = uv_hrtime();
   unsigned s = lct_dtype_symbol_bits(decl->dtype);
   job->hist_len = s ? (size_t)1 << s : 0;
-  lct__put_step step = lct__codebook_start(srv, e, &job->use);
-  lct__put_round(job, LCT__DO_CRC | (step == LCT__PUT_HISTOGRAM ? LCT__DO_HIST : LCT__DO_ENCODE));
+  job->step = lct__codebook_start(srv, e);
+  int round = job->step == LCT__PUT_HISTOGRAM      ? LCT__DO_HIST
+              : job->step == LCT__PUT_ENCODE_COUNT ? LCT__DO_ENCODE | LCT__DO_HIST
+                                                   : LCT__DO_ENCODE;
+  lct__put_round(job, LCT__DO_CRC | round);
   return 0;
 }
 

@@ -444,11 +444,19 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   /* Shift every exponent: the old codebook lacks them all, escapes blow up. */
   uint16_t *s = (uint16_t *)b;
   for (size_t i = 0; i < n; i++) s[i] = (uint16_t)(s[i] - (0x40 << 7));
-  lct_tensor_info info;
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &info);
+  lct_tensor_info drifted, counted, refit;
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
   st = test_stats(c);
-  cr_assert_eq(st.codebook_rebuilds, 1, "drift past 2%% rebuilt the codebook");
-  cr_assert_lt(info.stored_bytes, n * 2 * 3 / 4, "the rebuilt codebook codes well");
+  cr_assert_eq(st.codebook_rebuilds, 0, "a drifted put is stored as coded");
+  get_equals(c, "m", b, n * 2);
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &counted); /* counts its symbols in its encode pass */
+  st = test_stats(c);
+  cr_assert_eq(st.codebook_rebuilds, 1, "drift past 2%% rebuilt the codebook at the key's next put");
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
+  cr_assert_lt(refit.stored_bytes, n * 2 * 3 / 4, "the rebuilt codebook codes well");
+  cr_assert_lt(refit.stored_bytes, drifted.stored_bytes, "better than the stale codebook");
+  st = test_stats(c);
+  cr_assert_eq(st.codebook_rebuilds, 1, "reused once rebuilt");
   get_equals(c, "m", b, n * 2);
   free(a);
   free(b);

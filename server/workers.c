@@ -24,6 +24,7 @@ struct lct__workers {
   uv_cond_t wake;
   lct__task_fifo queued; /* under lock */
   lct__task_fifo done;   /* under lock */
+  int idle;              /* under lock: workers waiting for a task */
   int stopping;          /* under lock */
   size_t in_flight;      /* loop thread: submitted, done not yet called */
   int n;
@@ -55,14 +56,18 @@ static void lct__worker_main(void *arg) {
     if (t == NULL) {
       if (w->stopping)
         break;
+      w->idle++;
       uv_cond_wait(&w->wake, &w->lock);
+      w->idle--;
       continue;
     }
     uv_mutex_unlock(&w->lock);
     t->run(t, self->index);
     uv_mutex_lock(&w->lock);
     lct__fifo_push(&w->done, t);
+    uv_mutex_unlock(&w->lock);
     uv_async_send(&w->finished);
+    uv_mutex_lock(&w->lock);
   }
   uv_mutex_unlock(&w->lock);
 }
@@ -116,7 +121,8 @@ void lct__workers_submit(lct__workers *w, lct__task *t) {
     uv_ref((uv_handle_t *)&w->finished);
   uv_mutex_lock(&w->lock);
   lct__fifo_push(&w->queued, t);
-  uv_cond_signal(&w->wake);
+  if (w->idle > 0)
+    uv_cond_signal(&w->wake);
   uv_mutex_unlock(&w->lock);
 }
 

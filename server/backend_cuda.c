@@ -99,11 +99,13 @@ typedef struct lct__cuda {
   lct__cuda_worker workers[];
 } lct__cuda;
 
+/* A failed CUDA call, logged with its text (the kernels' LCT__CUDA_TRY only
+ * returns LCT_ECUDA: lctd's log is where an operator finds why). */
 static int lct__cuda_fail(cudaError_t e, const char *what) {
   lct__log_error("cuda: %s: %s", what, cudaGetErrorString(e));
   return LCT_ECUDA;
 }
-#define LCT__CUDA_TRY(call)                  \
+#define LCT__CUDA_LOGGED(call)               \
   do {                                       \
     cudaError_t e_ = (call);                 \
     if (e_ != cudaSuccess)                   \
@@ -163,7 +165,7 @@ static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
 static int lct__cuda_worker_for(lct__cuda *g, int index, int dtype, uint64_t n, lct__cuda_worker **w) {
   if (index < 0 || index >= g->n_workers)
     return LCT_EINVAL; /* more codec workers than the backend was opened for */
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   *w = &g->workers[index];
   return n * lct_dtype_size(dtype) > g->segment_max ? LCT_E2BIG : 0;
 }
@@ -174,13 +176,13 @@ static int lct__cuda_encode(void *ctx, int worker, int dtype, const lct_codebook
   int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
   if (rc != 0 || (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0))
     return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
-  LCT__CUDA_TRY(cudaMemsetAsync(w->bits, 0, sizeof *w->bits, w->stream));
+  LCT__CUDA_LOGGED(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
+  LCT__CUDA_LOGGED(cudaMemsetAsync(w->bits, 0, sizeof *w->bits, w->stream));
   lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->bits, NULL};
   if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(&w->pinned[2], w->bits, sizeof *w->bits, cudaMemcpyDeviceToHost, w->stream));
-  LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
+  LCT__CUDA_LOGGED(cudaMemcpyAsync(&w->pinned[2], w->bits, sizeof *w->bits, cudaMemcpyDeviceToHost, w->stream));
+  LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
   memset(stats, 0, sizeof *stats);
   stats->blob_bytes = w->pinned[0];
   stats->code_bits = w->pinned[2];
@@ -195,8 +197,8 @@ static int lct__cuda_decode(void *ctx, int worker, int dtype, uint64_t n, const 
   int *status = (int *)&w->pinned[1];
   if ((rc = lct_cuda_decode(dtype, n, blob, len, w->raw, status, w->work, w->work_bytes, w->stream)) != 0)
     return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(dst, w->raw, n * lct_dtype_size(dtype), cudaMemcpyDeviceToHost, w->stream));
-  LCT__CUDA_TRY(cudaStreamSynchronize(w->stream));
+  LCT__CUDA_LOGGED(cudaMemcpyAsync(dst, w->raw, n * lct_dtype_size(dtype), cudaMemcpyDeviceToHost, w->stream));
+  LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
   return *status;
 }
 
@@ -269,7 +271,7 @@ static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
       k++;
     const size_t bytes = lct__hist_bytes(slots);
     if (bytes > 0)
-      LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, bytes, b->stream));
+      LCT__CUDA_LOGGED(cudaMemsetAsync(b->hist, 0, bytes, b->stream));
     int rc = 0;
     slots = 0;
     for (size_t i = 0; i < k && rc == 0; i++) {
@@ -281,8 +283,8 @@ static int lct__batch_hist(lct__cuda_batch *b, lct__batch_seg *segs, size_t n) {
     if (rc != 0)
       return rc;
     if (bytes > 0) {
-      LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
-      LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
+      LCT__CUDA_LOGGED(cudaMemcpyAsync(b->hist_pinned, b->hist, bytes, cudaMemcpyDeviceToHost, b->stream));
+      LCT__CUDA_LOGGED(cudaStreamSynchronize(b->stream));
       lct__hist_add(b, slots);
     }
     done += k;
@@ -308,17 +310,17 @@ static int lct__batch_encode_group(lct__cuda_batch *b, lct__batch_seg *segs, siz
     return LCT_EBUFSIZE; /* the caller splits the group */
   const size_t hist_bytes = lct__hist_bytes(slots);
   if (hist_bytes > 0)
-    LCT__CUDA_TRY(cudaMemsetAsync(b->hist, 0, hist_bytes, b->stream));
+    LCT__CUDA_LOGGED(cudaMemsetAsync(b->hist, 0, hist_bytes, b->stream));
   int rc;
   if ((rc = lct_cuda_crc32c_batch(b->crc, k, b->crc_work, b->crc_work_bytes, b->stream)) != 0)
     return rc;
-  LCT__CUDA_TRY(cudaMemsetAsync(b->bits, 0, k * sizeof *b->bits, b->stream));
+  LCT__CUDA_LOGGED(cudaMemsetAsync(b->bits, 0, k * sizeof *b->bits, b->stream));
   if ((rc = lct_cuda_encode_batch(b->enc, k, b->work, b->work_bytes, b->stream)) != 0)
     return rc;
-  LCT__CUDA_TRY(cudaMemcpyAsync(bits, b->bits, k * sizeof *bits, cudaMemcpyDeviceToHost, b->stream));
+  LCT__CUDA_LOGGED(cudaMemcpyAsync(bits, b->bits, k * sizeof *bits, cudaMemcpyDeviceToHost, b->stream));
   if (hist_bytes > 0)
-    LCT__CUDA_TRY(cudaMemcpyAsync(b->hist_pinned, b->hist, hist_bytes, cudaMemcpyDeviceToHost, b->stream));
-  LCT__CUDA_TRY(cudaStreamSynchronize(b->stream));
+    LCT__CUDA_LOGGED(cudaMemcpyAsync(b->hist_pinned, b->hist, hist_bytes, cudaMemcpyDeviceToHost, b->stream));
+  LCT__CUDA_LOGGED(cudaStreamSynchronize(b->stream));
   for (size_t i = 0; i < k; i++) {
     segs[i].blob_bytes = blob[i];
     segs[i].code_bits = bits[i];
@@ -391,7 +393,7 @@ static int lct__pass_end(pthread_mutex_t *lock, cudaStream_t stream, int rc) {
 /* Runs a put pass on the backend's device, one at a time (each fills the GPU). */
 static int lct__batch_with(lct__cuda *g, lct__batch_seg *segs, size_t n,
                            int (*pass)(lct__cuda_batch *, lct__batch_seg *, size_t)) {
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   lct__cuda_batch *b = g->batch;
   pthread_mutex_lock(&b->lock);
   return lct__pass_end(&b->lock, b->stream, pass(b, segs, n));
@@ -407,7 +409,7 @@ static int lct__cuda_hist_batch(void *ctx, int worker, lct__batch_seg *segs, siz
 
 static int lct__cuda_decode_batch(void *ctx, int worker, lct__batch_seg *segs, size_t n) {
   lct__cuda *g = ctx;
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   lct__cuda_gets *d = g->gets;
   pthread_mutex_lock(&d->lock);
   return lct__pass_end(&d->lock, d->stream, lct__batch_decode(d, segs, n));
@@ -458,11 +460,11 @@ static int lct__gets_open(lct__cuda_gets **out) {
   pthread_mutex_init(&d->lock, NULL);
   *out = d;
   int least, greatest;
-  LCT__CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  LCT__CUDA_TRY(cudaStreamCreateWithPriority(&d->stream, cudaStreamNonBlocking, greatest));
+  LCT__CUDA_LOGGED(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  LCT__CUDA_LOGGED(cudaStreamCreateWithPriority(&d->stream, cudaStreamNonBlocking, greatest));
   d->work_bytes = lct_cuda_decode_workspace_size(LCT__BATCH_GROUP);
-  LCT__CUDA_TRY(cudaMalloc(&d->work, d->work_bytes));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&d->status, LCT__BATCH_GROUP * sizeof *d->status));
+  LCT__CUDA_LOGGED(cudaMalloc(&d->work, d->work_bytes));
+  LCT__CUDA_LOGGED(cudaMallocHost((void **)&d->status, LCT__BATCH_GROUP * sizeof *d->status));
   return 0;
 }
 
@@ -474,19 +476,19 @@ static int lct__batch_open(lct__cuda_batch **out) {
   *out = b;
   b->work_bytes = LCT__BATCH_ENCODE_WORK;
   b->crc_work_bytes = LCT__BATCH_CRC_WORK;
-  LCT__CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
-  LCT__CUDA_TRY(cudaMalloc(&b->work, b->work_bytes));
-  LCT__CUDA_TRY(cudaMalloc(&b->crc_work, b->crc_work_bytes));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
-  LCT__CUDA_TRY(cudaMalloc((void **)&b->bits, LCT__BATCH_GROUP * sizeof(uint64_t)));
+  LCT__CUDA_LOGGED(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+  LCT__CUDA_LOGGED(cudaMalloc(&b->work, b->work_bytes));
+  LCT__CUDA_LOGGED(cudaMalloc(&b->crc_work, b->crc_work_bytes));
+  LCT__CUDA_LOGGED(cudaMallocHost((void **)&b->pinned, 3 * LCT__BATCH_GROUP * sizeof(uint64_t)));
+  LCT__CUDA_LOGGED(cudaMalloc((void **)&b->bits, LCT__BATCH_GROUP * sizeof(uint64_t)));
   /* Every cached device codebook is allocated here (no codebook id is 0: none matches yet). */
   for (int i = 0; i < LCT__BATCH_CODEBOOKS; i++) {
     int rc = lct__device_codebook_new(&b->dcb[i]);
     if (rc != 0)
       return rc;
   }
-  LCT__CUDA_TRY(cudaMalloc((void **)&b->hist, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&b->hist_pinned, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
+  LCT__CUDA_LOGGED(cudaMalloc((void **)&b->hist, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
+  LCT__CUDA_LOGGED(cudaMallocHost((void **)&b->hist_pinned, LCT__BATCH_HISTS * LCT__CUDA_SYMS * sizeof(uint64_t)));
   return 0;
 }
 
@@ -513,9 +515,9 @@ static int lct__cuda_ipc_map(void *ctx, const uint8_t *handle, uint8_t **base, u
     lct__log_warn("cuda: all %d client mappings are in use; refusing another", LCT__IPC_CACHE);
     return LCT_ENOIPC;
   }
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   if (slot->base != NULL) {
-    LCT__CUDA_TRY(cudaIpcCloseMemHandle(slot->base));
+    LCT__CUDA_LOGGED(cudaIpcCloseMemHandle(slot->base));
     slot->base = NULL;
   }
   cudaIpcMemHandle_t h;
@@ -532,7 +534,7 @@ static int lct__cuda_ipc_map(void *ctx, const uint8_t *handle, uint8_t **base, u
   CUresult cr = g->mem_range(&start, &len, (CUdeviceptr)(uintptr_t)p);
   if (cr != CUDA_SUCCESS || start != (CUdeviceptr)(uintptr_t)p) {
     lct__log_error("cuda: cannot size a client's mapped allocation (driver error %d)", (int)cr);
-    LCT__CUDA_TRY(cudaIpcCloseMemHandle(p));
+    LCT__CUDA_LOGGED(cudaIpcCloseMemHandle(p));
     return LCT_ECUDA;
   }
   memcpy(slot->handle, handle, LCT_IPC_HANDLE_BYTES);
@@ -585,15 +587,15 @@ static void lct__cuda_destroy(void *ctx) {
 
 static int lct__cuda_read(void *ctx, const void *blob, size_t len, void *dst) {
   lct__cuda *g = ctx;
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
-  LCT__CUDA_TRY(cudaMemcpy(dst, blob, len, cudaMemcpyDeviceToHost));
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
+  LCT__CUDA_LOGGED(cudaMemcpy(dst, blob, len, cudaMemcpyDeviceToHost));
   return 0;
 }
 
 static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
   lct__cuda *g = ctx;
-  LCT__CUDA_TRY(cudaSetDevice(g->device));
-  LCT__CUDA_TRY(cudaMemcpy(blob, src, len, cudaMemcpyHostToDevice));
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
+  LCT__CUDA_LOGGED(cudaMemcpy(blob, src, len, cudaMemcpyHostToDevice));
   return 0;
 }
 
@@ -619,11 +621,11 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   lct_cuda_encode_item item = {LCT_DTYPE_F8E4M3, NULL, NULL, segment_max, NULL, 0, NULL, NULL, NULL};
   size_t enc = lct_cuda_encode_workspace_size(&item, 1), dec = lct_cuda_decode_workspace_size(1);
   w->work_bytes = enc > dec ? enc : dec;
-  LCT__CUDA_TRY(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-  LCT__CUDA_TRY(cudaMalloc(&w->raw, segment_max));
-  LCT__CUDA_TRY(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
-  LCT__CUDA_TRY(cudaMalloc((void **)&w->bits, sizeof *w->bits));
-  LCT__CUDA_TRY(cudaMallocHost((void **)&w->pinned, 3 * sizeof(uint64_t)));
+  LCT__CUDA_LOGGED(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
+  LCT__CUDA_LOGGED(cudaMalloc(&w->raw, segment_max));
+  LCT__CUDA_LOGGED(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
+  LCT__CUDA_LOGGED(cudaMalloc((void **)&w->bits, sizeof *w->bits));
+  LCT__CUDA_LOGGED(cudaMallocHost((void **)&w->pinned, 3 * sizeof(uint64_t)));
   memset(&w->hcb, 0, sizeof w->hcb); /* raw dtype: never matches a codebook, so the first encode uploads */
   return lct__device_codebook_new(&w->dcb);
 }
@@ -635,7 +637,7 @@ int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t se
     lct__log_error("cuda: no device %d (%d found)", device, count);
     return LCT_ENODEV;
   }
-  LCT__CUDA_TRY(cudaSetDevice(device));
+  LCT__CUDA_LOGGED(cudaSetDevice(device));
   lct__cuda *g = calloc(1, sizeof *g + (size_t)workers * sizeof(lct__cuda_worker));
   if (g == NULL)
     return LCT_ENOMEM;

@@ -20,9 +20,8 @@ void lct__op_list(lct__request *rq);
 void lct__op_stats(lct__request *rq);
 void lct__op_save(lct__request *rq);
 
+/* PUT_DEVICE and PUT_DEVICE_MANY; GET_DEVICE and GET_DEVICE_MANY. */
 void lct__op_put_device(lct__request *rq);
 void lct__op_get_device(lct__request *rq);
-void lct__op_put_device_many(lct__request *rq);
-void lct__op_get_device_many(lct__request *rq);
 
 #endif

@@ -359,16 +359,6 @@ static int lct__items(lct__request *rq) {
   return 1;
 }
 
-void lct__op_put_device_many(lct__request *rq) {
-  if (lct__items(rq))
-    lct__put_items(rq);
-}
-
-void lct__op_get_device_many(lct__request *rq) {
-  if (lct__items(rq))
-    lct__get_items(rq);
-}
-
 void lct__op_put_device(lct__request *rq) {
   if (lct__items(rq))
     lct__put_items(rq);

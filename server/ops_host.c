@@ -43,11 +43,7 @@ static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *
     lct__reply_error(rq, rc, "%s", why);
     return;
   }
-  Lctpb__Reply rp = LCTPB__REPLY__INIT;
-  Lctpb__TensorMeta m;
-  lct__meta_of(e, &m);
-  rp.meta = &m;
-  lct__reply(rq, &rp, NULL, 0);
+  lct__reply_meta(rq, e);
 }
 
 /* Starts the encode of a complete tensor; replies itself on failure. */
@@ -265,11 +261,7 @@ void lct__op_stat(lct__request *rq) {
     lct__reply_error(rq, rc, "%s", why);
     return;
   }
-  Lctpb__Reply rp = LCTPB__REPLY__INIT;
-  Lctpb__TensorMeta m;
-  lct__meta_of(e, &m);
-  rp.meta = &m;
-  lct__reply(rq, &rp, NULL, 0);
+  lct__reply_meta(rq, e);
 }
 
 void lct__op_list(lct__request *rq) {

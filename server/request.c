@@ -29,8 +29,8 @@ static const lct__op_fn lct__ops[] = {
     [LCTPB__OP__OP_SAVE] = lct__op_save,
     [LCTPB__OP__OP_PUT_DEVICE] = lct__op_put_device,
     [LCTPB__OP__OP_GET_DEVICE] = lct__op_get_device,
-    [LCTPB__OP__OP_PUT_DEVICE_MANY] = lct__op_put_device_many,
-    [LCTPB__OP__OP_GET_DEVICE_MANY] = lct__op_get_device_many,
+    [LCTPB__OP__OP_PUT_DEVICE_MANY] = lct__op_put_device,
+    [LCTPB__OP__OP_GET_DEVICE_MANY] = lct__op_get_device,
 };
 
 static void lct__request_free(lct__request *rq) {
@@ -132,6 +132,14 @@ void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m) {
   m->version = e->version;
   m->has_checksum = 1;
   m->checksum = e->checksum;
+}
+
+void lct__reply_meta(lct__request *rq, const lct__entry *e) {
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  lct__reply(rq, &rp, NULL, 0);
 }
 
 int lct__need_key(lct__request *rq) {

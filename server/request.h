@@ -42,6 +42,8 @@ void lct__reply_status(lct__request *rq, int err, long item, const char *text);
 
 /* The entry's metadata as the wire carries it (shape borrowed from e). */
 void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m);
+/* A reply of e's metadata. */
+void lct__reply_meta(lct__request *rq, const lct__entry *e);
 /* Whether the request has a key; answers LCT_EINVAL if not. */
 int lct__need_key(lct__request *rq);
 /* A put's key and declaration against max_key_length and max_tensor_size:

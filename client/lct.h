@@ -5,8 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lct_codec.h" /* lct_dtype, lct_dtype_size/name/parse */
-#include "lct_error.h" /* LCT_E* codes, lct_strerror */
+#include "lct_api.h"          /* LCT_API */
+#include "lct_dtype.h"        /* lct_dtype, lct_dtype_size/name/parse */
+#include "lct_error.h"        /* LCT_E* codes, lct_strerror */
+#include "lct_stats_fields.h" /* LCT_STATS_FIELDS: lct_server_stats's fields */
+#include "lct_version.h"      /* LCT_VERSION_MAJOR/MINOR/PATCH/STRING/NUMBER: this header's */
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,12 +18,19 @@ extern "C" {
 #define LCT_DEFAULT_ENDPOINT "ipc:///tmp/lctd.sock"
 #define LCT_MAX_DIMS 8 /* most dimensions of a tensor's shape */
 
+/* The version of the liblct loaded, as LCT_VERSION_NUMBER and
+ * LCT_VERSION_STRING give the header's: MAJOR * 10000 + MINOR * 100 + PATCH,
+ * and "MAJOR.MINOR.PATCH". */
+LCT_API unsigned lct_version_number(void);
+LCT_API const char *lct_version_string(void);
+
 /* A connection to one lctd. Not thread-safe: use one client per thread.
  * Every function returns 0 or a negative LCT_E* code; lct_strerror() names
  * it and lct_last_error() gives the detail (often the server's words). */
 typedef struct lct_client lct_client;
 
 typedef struct lct_options {
+  size_t size;            /* sizeof(lct_options) as its user was compiled: set by lct_options_init */
   const char *endpoint;   /* NULL: $LCT_ENDPOINT, else LCT_DEFAULT_ENDPOINT; "tcp://host:port" or "ipc:///path" */
   int timeout_ms;         /* per request; 0: 30000; negative: wait forever */
   int connect_timeout_ms; /* for the ping lct_connect sends; 0: 5000 */
@@ -31,9 +41,16 @@ typedef struct lct_options {
                              unreadable or malformed: lct_connect fails with LCT_EACCES */
 } lct_options;
 
+/* Sets every field to its default (0 or NULL, as each says) and o->size.
+ * Start from it: a later liblct may add fields, which default to 0 and which
+ * it reads only from callers whose size covers them. Bindings that cannot
+ * call the inline function pass their struct's size to lct_options_init_sized. */
+LCT_API void lct_options_init_sized(lct_options *o, size_t size);
+static inline void lct_options_init(lct_options *o) { lct_options_init_sized(o, sizeof *o); }
+
 /* What the server holds for a key. */
 typedef struct lct_tensor_info {
-  int dtype;                      /* lct_dtype */
+  lct_dtype dtype;                /* a server newer than this header may report one it does not name */
   int ndim;
   uint64_t shape[LCT_MAX_DIMS];
   uint64_t raw_bytes;             /* product(shape) * lct_dtype_size(dtype) */
@@ -43,15 +60,16 @@ typedef struct lct_tensor_info {
 } lct_tensor_info;
 
 /* Connects and pings the server: LCT_ECONN if it does not answer within
- * connect_timeout_ms, LCT_EINVAL for a malformed endpoint, LCT_EACCES when
- * the server requires a token that was not given or is wrong (or the token
- * file cannot be read). opts may be NULL. */
-int lct_connect(const lct_options *opts, lct_client **out);
-void lct_close(lct_client *c);
+ * connect_timeout_ms, LCT_EINVAL for a malformed endpoint or options not set
+ * up by lct_options_init (or asking for fields this liblct lacks), LCT_EACCES
+ * when the server requires a token that was not given or is wrong (or the
+ * token file cannot be read). opts may be NULL: the defaults. */
+LCT_API int lct_connect(const lct_options *opts, lct_client **out);
+LCT_API void lct_close(lct_client *c);
 /* Releases memory liblct handed out (lct_get_alloc data, lct_stats text); NULL is a no-op. */
-void lct_free(void *p);
+LCT_API void lct_free(void *p);
 /* Detail of the last failure on c ("" if none); valid until the next call. */
-const char *lct_last_error(const lct_client *c);
+LCT_API const char *lct_last_error(const lct_client *c);
 
 /* Stores bytes bytes of host memory data as key, atomically: the tensor is
  * visible only once complete, and a failed put (LCT_ENOSPC when the server's
@@ -59,15 +77,15 @@ const char *lct_last_error(const lct_client *c);
  * bytes must equal product(shape[0..ndim)) * lct_dtype_size(dtype) (ndim 0
  * is a scalar). Keys are 1..1024 bytes. info, if not NULL, receives what was
  * stored (version, stored_bytes, ...). */
-int lct_put(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
-            const void *data, size_t bytes, lct_tensor_info *info);
+LCT_API int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
+                    const void *data, size_t bytes, lct_tensor_info *info);
 
 /* Reads key into buf (cap bytes); LCT_EBUFSIZE if it does not fit (info is
  * filled then, so the caller can retry with info->raw_bytes). The checksum
  * is verified (LCT_ECHECKSUM). info may be NULL. */
-int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info);
+LCT_API int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info);
 /* Same, into a buffer of info->raw_bytes bytes that liblct allocates (free with lct_free()). */
-int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
+LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
 
 /* GPU buffers. lct_put_device and lct_get_device take a pointer into CUDA
  * device memory (cudaMalloc'd, directly or through an allocator such as
@@ -93,12 +111,19 @@ int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *
  * (the bytes never reach it); lctd's decoder checks every blob. dptr must not
  * be freed during the call.
  *
- * A liblct built without CUDA (LCT_CUDA=OFF, or no toolkit) returns
- * LCT_ENODEV; a dptr that is not device memory is LCT_EINVAL. Otherwise the
- * arguments and results are those of lct_put and lct_get (cap: bytes at dptr). */
-int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
-                   const void *dptr, size_t bytes, lct_tensor_info *info);
-int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info);
+ * A liblct built without CUDA (LCT_CUDA=OFF, or no toolkit; lct_device_path
+ * says so) returns LCT_ENODEV; a dptr that is not device memory is
+ * LCT_EINVAL. Otherwise the arguments and results are those of lct_put and
+ * lct_get (cap: bytes at dptr). */
+LCT_API int lct_put_device(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
+                           const void *dptr, size_t bytes, lct_tensor_info *info);
+LCT_API int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info);
+
+/* 1 when this liblct has the device path (it was built with CUDA): the
+ * device calls and jobs below are served, device to device where lctd can,
+ * else through host memory; 0 when every one of them answers LCT_ENODEV, and
+ * a caller with device buffers copies them through host memory itself. */
+LCT_API int lct_device_path(const lct_client *c);
 
 /* Many device tensors in few requests: what an optimizer moves every step.
  * Consecutive items whose buffers lie in one CUDA allocation (a scratch
@@ -115,7 +140,7 @@ int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_t
  * later items were not sent. On success *failed is n. */
 typedef struct lct_device_tensor {
   const char *key;
-  int dtype;               /* put: lct_dtype */
+  lct_dtype dtype;         /* put */
   const uint64_t *shape;   /* put: ndim element counts */
   int ndim;                /* put */
   void *dptr;              /* device memory: the source (put) or destination (get) */
@@ -123,8 +148,8 @@ typedef struct lct_device_tensor {
   lct_tensor_info *info;   /* NULL, or receives what was stored or read */
 } lct_device_tensor;
 
-int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
-int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
+LCT_API int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
+LCT_API int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed);
 
 /* Narrows the synchronization of this client's later device calls (single
  * and _many) from the whole GPU to one CUDA stream (a cudaStream_t; NULL, the
@@ -136,13 +161,14 @@ int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, siz
  * use here. The host path (where lctd cannot go device to device) still
  * synchronizes the whole GPU around its copies. LCT_ENODEV from a liblct
  * built without CUDA. */
-int lct_set_device_stream(lct_client *c, void *stream);
+LCT_API int lct_set_device_stream(lct_client *c, void *stream);
 
 /* Device batches in the background: what an optimizer runs beside its
- * updates without a thread of its own. lct_submit_device_many queues a
- * lct_put_device_many (put != 0) or lct_get_device_many of t[0..n) on this
- * client's job thread (started at the first job) and returns at once. The
- * thread runs the client's jobs in order. For each it first waits for `after`
+ * updates without a thread of its own. lct_submit_put_device_many queues a
+ * lct_put_device_many of t[0..n) on this client's job thread (started at the
+ * first job) and returns at once; lct_submit_get_device_many, a
+ * lct_get_device_many. Each client has its own queue and thread, which runs
+ * the client's jobs in order. For each it first waits for `after`
  * (a job of any client, or NULL) to finish; if that one failed, this one
  * fails with LCT_ECANCELED and sends nothing. It then makes the call as the
  * synchronous one would, except that it waits for the CUDA event `event` (a
@@ -150,8 +176,8 @@ int lct_set_device_stream(lct_client *c, void *stream);
  * uses a get's) instead of synchronizing the GPU; NULL synchronizes as
  * lct_set_device_stream says. The items, their keys, shapes and infos, the
  * buffers and the event must stay valid until the job has finished. While a
- * client has unfinished jobs, only lct_submit_device_many and lct_close may
- * be called on it (lct_last_error included: a job's error is its own).
+ * client has unfinished jobs, only the submit calls and lct_close may be
+ * called on it (lct_last_error included: a job's error is its own).
  *
  * lct_job_wait blocks until the job has finished and returns what the call
  * returned, *failed (if not NULL) as the call sets it (n for a canceled
@@ -161,21 +187,23 @@ int lct_set_device_stream(lct_client *c, void *stream);
  * one has looked at it). lct_close lets
  * the running job finish (one still waiting for another client's job is
  * canceled), fails the queued ones with LCT_ECANCELED and stops the thread;
- * their handles stay the caller's to free. lct_submit_device_many returns
+ * their handles stay the caller's to free. The submit calls return
  * LCT_EINVAL (no job handle, or no items with n > 0), LCT_ENOMEM (no job
- * or thread) or LCT_ENODEV (a liblct built without CUDA) without touching
- * lct_last_error(). */
+ * or thread) or LCT_ENODEV (a liblct without the device path) without
+ * touching lct_last_error(). */
 typedef struct lct_job lct_job;
 
-int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event,
-                           lct_job *after, lct_job **job);
-int lct_job_wait(lct_job *job, size_t *failed);
-const char *lct_job_error(const lct_job *job);
-void lct_job_free(lct_job *job);
+LCT_API int lct_submit_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, void *event,
+                                       lct_job *after, lct_job **job);
+LCT_API int lct_submit_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, void *event,
+                                       lct_job *after, lct_job **job);
+LCT_API int lct_job_wait(lct_job *job, size_t *failed);
+LCT_API const char *lct_job_error(const lct_job *job);
+LCT_API void lct_job_free(lct_job *job);
 
 /* LCT_ENOENT if the key does not exist. */
-int lct_delete(lct_client *c, const char *key);
-int lct_stat(lct_client *c, const char *key, lct_tensor_info *info);
+LCT_API int lct_delete(lct_client *c, const char *key);
+LCT_API int lct_stat(lct_client *c, const char *key, lct_tensor_info *info);
 
 typedef struct lct_list_entry {
   char *key;
@@ -190,29 +218,31 @@ typedef struct lct_list_page {
 
 /* Keys starting with prefix (NULL: all) after cursor (NULL: from the start),
  * at most limit (0: 100; the server caps it at 512). Free with lct_list_free. */
-int lct_list(lct_client *c, const char *prefix, const char *cursor, size_t limit,
-             lct_list_page **out);
-void lct_list_free(lct_list_page *page);
+LCT_API int lct_list(lct_client *c, const char *prefix, const char *cursor, size_t limit, lct_list_page **out);
+LCT_API void lct_list_free(lct_list_page *page);
 
+/* The server's summary counters, one uint64_t per row of lct_stats_fields.h
+ * (which says what each counts), in its order: tensors, raw_bytes,
+ * stored_bytes, pool_capacity, pool_used, ..., device_puts, device_gets
+ * (tensors served device to device), device_fallbacks (device calls the
+ * server sent to the host path). */
 typedef struct lct_server_stats {
-  uint64_t tensors, raw_bytes, stored_bytes;
-  uint64_t pool_capacity, pool_used;
-  uint64_t staging_bytes, pending_puts, puts_expired;
-  uint64_t codebook_builds, codebook_rebuilds;
-  uint64_t requests, errors, bytes_in, bytes_out;
-  uint64_t device_puts, device_gets; /* tensors served device to device (lct_put_device, lct_get_device, the _many items) */
-  uint64_t device_fallbacks;         /* device calls the server sent to the host path (LCT_ENOIPC) */
+#define LCT__STATS_MEMBER(name, what) uint64_t name;
+  LCT_STATS_FIELDS(LCT__STATS_MEMBER)
+#undef LCT__STATS_MEMBER
 } lct_server_stats;
 
 /* Server counters; text, if not NULL, receives all of them as Prometheus
  * text (NUL-terminated; free with lct_free()). out may be NULL. */
-int lct_stats(lct_client *c, lct_server_stats *out, char **text);
+LCT_API int lct_stats(lct_client *c, lct_server_stats *out, char **text);
+/* The name of lct_server_stats's i-th field; NULL past the last. */
+LCT_API const char *lct_stats_field_name(size_t i);
 
 /* Asks the server to write its tensors to its persist_dir now (those changed
  * since the last save; the files of deleted keys are removed). written, if not
  * NULL, receives the number of tensor files written. LCT_ECONFIG when the
  * server has no persist_dir, LCT_EIO when some could not be written. */
-int lct_save(lct_client *c, uint64_t *written);
+LCT_API int lct_save(lct_client *c, uint64_t *written);
 
 typedef struct lct_server_info {
   char server[64];     /* "lctd 0.1.0" */
@@ -222,7 +252,21 @@ typedef struct lct_server_info {
 } lct_server_info;
 
 /* One round trip; info may be NULL. */
-int lct_ping(lct_client *c, lct_server_info *info);
+LCT_API int lct_ping(lct_client *c, lct_server_info *info);
+
+/* The structures above, for bindings that declare them by hand. */
+typedef enum lct_struct {
+  LCT_STRUCT_OPTIONS = 1,
+  LCT_STRUCT_TENSOR_INFO,
+  LCT_STRUCT_DEVICE_TENSOR,
+  LCT_STRUCT_LIST_ENTRY,
+  LCT_STRUCT_LIST_PAGE,
+  LCT_STRUCT_SERVER_STATS,
+  LCT_STRUCT_SERVER_INFO,
+} lct_struct;
+
+/* sizeof the structure in this liblct; 0 for one it does not know. */
+LCT_API size_t lct_struct_size(lct_struct which);
 
 #ifdef __cplusplus
 }

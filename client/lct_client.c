@@ -19,6 +19,9 @@
 #define LCT__STALE_RETRIES 3 /* whole-tensor restarts when a ranged read sees a newer version */
 #define LCT__SOCKET_BUFFER (1 << 20) /* NN_SNDBUF / NN_RCVBUF: 128 KiB slows tcp several-fold */
 
+/* lct_options as it first had a size: later fields are read only from callers whose size covers them. */
+#define LCT__OPTIONS_SIZE_FIRST (offsetof(lct_options, auth_token_file) + sizeof(const char *))
+
 _Static_assert(LCT_MAX_DIMS == 8, "lct.h and lct_wire.h agree on the rank limit");
 
 void lct__reply_free(lct__reply *r) {
@@ -119,7 +122,7 @@ void lct__info_of(const Lctpb__TensorMeta *m, lct_tensor_info *info) {
   memset(info, 0, sizeof *info);
   if (m == NULL)
     return;
-  info->dtype = (int)m->dtype;
+  info->dtype = (lct_dtype)m->dtype;
   info->ndim = (int)m->n_shape; /* <= LCT_MAX_DIMS: lct_wire_reply_parse checked */
   for (size_t i = 0; i < m->n_shape; i++)
     info->shape[i] = m->shape[i];
@@ -129,10 +132,32 @@ void lct__info_of(const Lctpb__TensorMeta *m, lct_tensor_info *info) {
   info->checksum = m->checksum;
 }
 
+void lct_options_init_sized(lct_options *o, size_t size) {
+  memset(o, 0, size);
+  if (size >= sizeof o->size)
+    o->size = size;
+}
+
+/* Reads the caller's options, of whatever liblct's header it was built with:
+ * fields it lacks keep their defaults, fields this liblct lacks must be 0. */
+static int lct__options_read(const lct_options *opts, lct_options *o) {
+  lct_options_init(o);
+  if (opts == NULL)
+    return 0;
+  if (opts->size < LCT__OPTIONS_SIZE_FIRST)
+    return LCT_EINVAL; /* not set up by lct_options_init */
+  for (size_t i = sizeof *o; i < opts->size; i++)
+    if (((const uint8_t *)opts)[i] != 0)
+      return LCT_EINVAL;
+  memcpy(o, opts, opts->size < sizeof *o ? opts->size : sizeof *o);
+  o->size = sizeof *o;
+  return 0;
+}
+
 int lct_connect(const lct_options *opts, lct_client **out) {
-  lct_options o = {0};
-  if (opts != NULL)
-    o = *opts;
+  lct_options o;
+  if (lct__options_read(opts, &o) != 0)
+    return LCT_EINVAL;
   if (o.endpoint == NULL)
     o.endpoint = getenv("LCT_ENDPOINT");
   if (o.endpoint == NULL || *o.endpoint == '\0')
@@ -244,8 +269,8 @@ int lct__put_decl(lct_client *c, lct_dtype dtype, const uint64_t *shape, int ndi
   return 0;
 }
 
-int lct_put(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
-            const void *data, size_t bytes, lct_tensor_info *info) {
+int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim, const void *data,
+            size_t bytes, lct_tensor_info *info) {
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   lct_put_decl d;
   Lctpb__TensorMeta m;

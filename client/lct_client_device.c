@@ -344,14 +344,14 @@ int lct__device_many(lct_client *c, int put, const lct_device_tensor *t, size_t 
 }
 #endif
 
-int lct_put_device(lct_client *c, const char *key, int dtype, const uint64_t *shape, int ndim,
+int lct_put_device(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
                    const void *dptr, size_t bytes, lct_tensor_info *info) {
   lct_device_tensor t = {key, dtype, shape, ndim, (void *)dptr, bytes, info};
   return lct__device_many(c, 1, &t, 1, NULL, NULL);
 }
 
 int lct_get_device(lct_client *c, const char *key, void *dptr, size_t cap, lct_tensor_info *info) {
-  lct_device_tensor t = {key, 0, NULL, 0, dptr, cap, info};
+  lct_device_tensor t = {key, LCT_DTYPE_RAW, NULL, 0, dptr, cap, info};
   int rc = lct__device_many(c, 0, &t, 1, NULL, NULL);
   if (rc == LCT_EBUFSIZE && info != NULL) {
     /* As lct_get: info tells the size needed (a device reply carries none). */
@@ -369,6 +369,15 @@ int lct_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, siz
 
 int lct_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, size_t *failed) {
   return lct__device_many(c, 0, t, n, NULL, failed);
+}
+
+int lct_device_path(const lct_client *c) {
+  (void)c;
+#ifdef LCT_CLIENT_CUDA
+  return 1;
+#else
+  return 0;
+#endif
 }
 
 int lct_set_device_stream(lct_client *c, void *stream) {

@@ -103,15 +103,13 @@ static void *lct__jobs_run(void *arg) {
 }
 
 /* Its errors leave lct_last_error alone: the job thread may be writing it. */
-int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event,
-                           lct_job *after, lct_job **job) {
+static int lct__submit(lct_client *c, int put, const lct_device_tensor *t, size_t n, void *event, lct_job *after,
+                       lct_job **job) {
   if (job == NULL || (t == NULL && n > 0))
     return LCT_EINVAL;
   *job = NULL;
-#ifndef LCT_CLIENT_CUDA
-  (void)c, (void)put, (void)event, (void)after;
-  return LCT_ENODEV; /* no device buffers: the caller takes the host path */
-#endif
+  if (!lct_device_path(c))
+    return LCT_ENODEV; /* no device buffers: the caller takes the host path */
   lct_job *j = calloc(1, sizeof *j);
   if (j == NULL)
     return LCT_ENOMEM;
@@ -124,7 +122,7 @@ int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, s
     free(j);
     return LCT_ENOMEM;
   }
-  j->put = put != 0;
+  j->put = put;
   j->t = t;
   j->n = n;
   j->event = event;
@@ -151,6 +149,16 @@ int lct_submit_device_many(lct_client *c, int put, const lct_device_tensor *t, s
   pthread_mutex_unlock(&q->mu);
   *job = j;
   return 0;
+}
+
+int lct_submit_put_device_many(lct_client *c, const lct_device_tensor *t, size_t n, void *event, lct_job *after,
+                               lct_job **job) {
+  return lct__submit(c, 1, t, n, event, after, job);
+}
+
+int lct_submit_get_device_many(lct_client *c, const lct_device_tensor *t, size_t n, void *event, lct_job *after,
+                               lct_job **job) {
+  return lct__submit(c, 0, t, n, event, after, job);
 }
 
 int lct_job_wait(lct_job *job, size_t *failed) {

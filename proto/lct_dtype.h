@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "lct_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,13 +34,13 @@ enum {
 };
 
 /* Bytes per element (1 for raw); 0 for an unknown dtype. */
-size_t lct_dtype_size(lct_dtype dtype);
+LCT_API size_t lct_dtype_size(lct_dtype dtype);
 /* Symbol bits coded per element (0 for raw and unknown dtypes). */
-unsigned lct_dtype_symbol_bits(lct_dtype dtype);
+LCT_API unsigned lct_dtype_symbol_bits(lct_dtype dtype);
 /* "f32", "bf16", "f16", "f8e4m3", "f8e5m2", "raw"; NULL if unknown. */
-const char *lct_dtype_name(lct_dtype dtype);
+LCT_API const char *lct_dtype_name(lct_dtype dtype);
 /* Parses a dtype name; LCT_EDTYPE if unknown. */
-int lct_dtype_parse(const char *name, lct_dtype *out);
+LCT_API int lct_dtype_parse(const char *name, lct_dtype *out);
 
 #ifdef __cplusplus
 }

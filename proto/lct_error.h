@@ -2,6 +2,8 @@
 #ifndef LCT_ERROR_H
 #define LCT_ERROR_H
 
+#include "lct_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,10 +46,10 @@ typedef enum {
 } lct_errno;
 
 /* Message for a negative LCT error code (or 0); never NULL. */
-const char *lct_strerror(int err);
+LCT_API const char *lct_strerror(int err);
 
 /* Symbolic name ("LCT_ENOENT") for a negative LCT error code; never NULL. */
-const char *lct_err_name(int err);
+LCT_API const char *lct_err_name(int err);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,8 @@ static inline void test_lctd_start(test_lctd *d, const char *const *extra) {
   for (int tries = 0; tries < 200; tries++) {
     int status;
     cr_assert_eq(waitpid(d->pid, &status, WNOHANG), 0, "lctd exited at start (status %d)", status);
-    lct_options o = {0};
+    lct_options o;
+    lct_options_init(&o);
     o.endpoint = d->ipc;
     o.connect_timeout_ms = 100;
     lct_client *c;
@@ -93,7 +94,8 @@ static inline void test_lctd_stop(test_lctd *d) {
 }
 
 static inline lct_client *test_connect(const char *endpoint) {
-  lct_options o = {0};
+  lct_options o;
+  lct_options_init(&o);
   o.endpoint = endpoint;
   o.timeout_ms = 20000;
   lct_client *c;

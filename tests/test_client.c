@@ -293,7 +293,8 @@ Test(client, larger_than_frame, .init = start_default, .fini = stop) {
 /* Chunks that do not line up with the server's segments: a client frame of
  * 100000 bytes against segments of 64 KiB multiples, and an empty chunked put. */
 Test(client, chunks_straddle_segments, .init = start_default, .fini = stop) {
-  lct_options o = {0};
+  lct_options o;
+  lct_options_init(&o);
   o.endpoint = daemon_.ipc;
   o.frame_bytes = 100000;
   lct_client *c;
@@ -343,7 +344,8 @@ typedef struct worker {
 
 static void *worker_run(void *arg) {
   worker *w = arg;
-  lct_options o = {0};
+  lct_options o;
+  lct_options_init(&o);
   o.endpoint = w->endpoint;
   o.timeout_ms = 30000;
   lct_client *c;
@@ -752,7 +754,8 @@ Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
 }
 
 Test(client, connect_failures) {
-  lct_options o = {0};
+  lct_options o;
+  lct_options_init(&o);
   o.endpoint = "ipc:///tmp/lct-test-nobody-listens.sock";
   o.connect_timeout_ms = 200;
   lct_client *c;
@@ -1003,7 +1006,11 @@ static const uint64_t empty_shape[1] = {0};
 
 /* Whether this liblct has the device path (a build without CUDA answers
  * every device call with LCT_ENODEV, and refuses jobs with it). */
-static int device_path(lct_client *c) { return lct_put_device_many(c, NULL, 0, NULL) != LCT_ENODEV; }
+static int device_path(lct_client *c) {
+  int device = lct_device_path(c);
+  cr_assert_eq(device, lct_put_device_many(c, NULL, 0, NULL) != LCT_ENODEV, "lct_device_path says what the calls do");
+  return device;
+}
 
 static void empty_items_init(empty_items *e, const char *prefix, size_t n) {
   cr_assert_leq(n, sizeof e->t / sizeof e->t[0]);
@@ -1021,13 +1028,13 @@ Test(client, jobs_run_in_order, .init = start_default, .fini = stop) {
   empty_items_init(&get, "job/", 3);
   lct_job *p = NULL, *g;
   if (!device) { /* no job: the caller takes the host path, as the call itself would */
-    cr_assert_eq(lct_submit_device_many(c, 1, put.t, 3, NULL, NULL, &p), LCT_ENODEV);
+    cr_assert_eq(lct_submit_put_device_many(c, put.t, 3, NULL, NULL, &p), LCT_ENODEV);
     cr_assert_null(p);
     lct_close(c);
     return;
   }
-  cr_assert_eq(lct_submit_device_many(c, 1, put.t, 3, NULL, NULL, &p), 0);
-  cr_assert_eq(lct_submit_device_many(c, 0, get.t, 3, NULL, NULL, &g), 0);
+  cr_assert_eq(lct_submit_put_device_many(c, put.t, 3, NULL, NULL, &p), 0);
+  cr_assert_eq(lct_submit_get_device_many(c, get.t, 3, NULL, NULL, &g), 0);
   size_t failed = 0;
   int rc = lct_job_wait(g, &failed); /* the get ran after the put: the keys exist */
   cr_assert_eq(rc, 0, "get job: %s: %s", lct_strerror(rc), lct_job_error(g));
@@ -1058,8 +1065,8 @@ Test(client, failed_job_cancels_its_dependents, .init = start_default, .fini = s
     lct_close(store);
     cr_skip_test("this liblct has no device path: it takes no job");
   }
-  cr_assert_eq(lct_submit_device_many(fetch, 0, missing.t, 1, NULL, NULL, &a), 0);
-  cr_assert_eq(lct_submit_device_many(store, 1, put.t, 2, NULL, a, &b), 0);
+  cr_assert_eq(lct_submit_get_device_many(fetch, missing.t, 1, NULL, NULL, &a), 0);
+  cr_assert_eq(lct_submit_put_device_many(store, put.t, 2, NULL, a, &b), 0);
   lct_job_free(a); /* b still holds it until it has looked */
   size_t failed = 99;
   cr_assert_eq(lct_job_wait(b, &failed), LCT_ECANCELED, "%s", lct_job_error(b));
@@ -1070,7 +1077,7 @@ Test(client, failed_job_cancels_its_dependents, .init = start_default, .fini = s
   lct_job_free(b);
 
   lct_job *c;
-  cr_assert_eq(lct_submit_device_many(fetch, 0, missing.t, 1, NULL, NULL, &c), 0);
+  cr_assert_eq(lct_submit_get_device_many(fetch, missing.t, 1, NULL, NULL, &c), 0);
   cr_assert_eq(lct_job_wait(c, NULL), LCT_ENOENT);
   cr_assert(*lct_job_error(c) != '\0', "the job keeps its error text");
   lct_job_free(c);
@@ -1096,10 +1103,10 @@ Test(client, close_cancels_queued_jobs, .init = start_default, .fini = stop) {
   empty_items_init(&first, "first/", 1);
   empty_items_init(&later, "later/", 2);
   lct_job *x, *j1, *j2, *j3;
-  cr_assert_eq(lct_submit_device_many(slow, 1, many, N, NULL, NULL, &x), 0);
-  cr_assert_eq(lct_submit_device_many(c, 1, first.t, 1, NULL, x, &j1), 0);
-  cr_assert_eq(lct_submit_device_many(c, 1, later.t, 1, NULL, NULL, &j2), 0);
-  cr_assert_eq(lct_submit_device_many(c, 1, later.t + 1, 1, NULL, NULL, &j3), 0);
+  cr_assert_eq(lct_submit_put_device_many(slow, many, N, NULL, NULL, &x), 0);
+  cr_assert_eq(lct_submit_put_device_many(c, first.t, 1, NULL, x, &j1), 0);
+  cr_assert_eq(lct_submit_put_device_many(c, later.t, 1, NULL, NULL, &j2), 0);
+  cr_assert_eq(lct_submit_put_device_many(c, later.t + 1, 1, NULL, NULL, &j3), 0);
   lct_close(c); /* j1 may be running (it finishes), j2 and j3 wait behind it */
   int rc1 = lct_job_wait(j1, NULL);
   cr_assert(rc1 == 0 || rc1 == LCT_ECANCELED, "%s", lct_strerror(rc1));

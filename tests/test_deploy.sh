@@ -16,6 +16,10 @@ for f in usr/local/bin/lctd usr/local/bin/lct usr/local/include/lct.h usr/local/
   [ -f "$root/$f" ] || fail "install.sh did not install /$f"
 done
 ls "$root"/usr/local/lib*/liblct.so* >/dev/null 2>&1 || fail "install.sh did not install liblct"
+# The installed lct.h stands alone: what it includes is installed next to it.
+printf '#include <lct.h>\nint main(void) { return lct_version_number() != LCT_VERSION_NUMBER; }\n' >"$tmp/use.c"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/usr/local/include" -c "$tmp/use.c" -o "$tmp/use.o" 2>"$tmp/cc.log" ||
+  fail "a program including the installed lct.h: $(cat "$tmp/cc.log")"
 [ -d "$root/var/lib/lct" ] || fail "no /var/lib/lct"
 cmp -s "$top/deploy/lctd.conf" "$root/etc/lct/lctd.conf" || fail "installed config differs"
 "$root/usr/local/bin/lctd" --config "$root/etc/lct/lctd.conf" --print-config >"$tmp/printed" 2>&1 ||

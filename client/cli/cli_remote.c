@@ -30,7 +30,7 @@ typedef struct remote_args {
 } remote_args;
 
 /* A stored dtype's name; a server newer than this lct may report one it does not know. */
-static const char *dtype_label(int dtype) {
+static const char *dtype_label(lct_dtype dtype) {
   const char *name = lct_dtype_name(dtype);
   return name != NULL ? name : "?";
 }
@@ -63,7 +63,8 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
 }
 
 static int remote_connect(const char *cmd, lct_client **c) {
-  lct_options o = {0};
+  lct_options o;
+  lct_options_init(&o);
   o.endpoint = cli_endpoint;
   o.auth_token_file = cli_auth_token_file;
   int rc = lct_connect(&o, c);
@@ -202,7 +203,7 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static const char *npy_descr(int dtype) {
+static const char *npy_descr(lct_dtype dtype) {
   switch (dtype) {
   case LCT_DTYPE_F32: return "<f4";
   case LCT_DTYPE_F16: return "<f2";

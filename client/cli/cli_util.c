@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "lct_codec.h"
+#include "lct_dtype.h"
 
 int cli_fail(const char *fmt, ...) {
   va_list ap;

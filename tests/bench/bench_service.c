@@ -175,7 +175,8 @@ typedef struct result {
 
 static result bench_lct(const char *endpoint, const uint8_t *data, size_t bytes, uint8_t *back, int reps,
                         uint64_t *stored) {
-  lct_options o = {0};
+  lct_options o;
+  lct_options_init(&o);
   o.endpoint = endpoint;
   o.timeout_ms = 600000;
   lct_client *c;
@@ -220,7 +221,8 @@ static result bench_redis(const char *unix_path, int port, const uint8_t *data, 
 
 static int wait_lctd(const char *endpoint) {
   for (int i = 0; i < 100; i++) {
-    lct_options o = {0};
+    lct_options o;
+    lct_options_init(&o);
     o.endpoint = endpoint;
     o.connect_timeout_ms = 100;
     lct_client *c;

@@ -9,6 +9,7 @@ MAX_DIMS = 8  # LCT_MAX_DIMS
 
 class Options(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("endpoint", ctypes.c_char_p),
         ("timeout_ms", ctypes.c_int),
         ("connect_timeout_ms", ctypes.c_int),
@@ -43,8 +44,8 @@ class ListPage(ctypes.Structure):
 
 STATS_FIELDS = (
     "tensors", "raw_bytes", "stored_bytes", "pool_capacity", "pool_used", "staging_bytes",
-    "pending_puts", "puts_expired", "codebook_builds", "codebook_rebuilds", "requests", "errors",
-    "bytes_in", "bytes_out", "device_puts", "device_gets", "device_fallbacks",
+    "pending_puts", "codebook_builds", "codebook_rebuilds", "requests", "errors",
+    "bytes_in", "bytes_out", "puts_expired", "device_puts", "device_gets", "device_fallbacks",
 )
 
 
@@ -76,6 +77,7 @@ class DeviceTensor(ctypes.Structure):
 _P = ctypes.c_void_p
 _CLIENT = ctypes.c_void_p
 _PROTOTYPES = {
+    "lct_options_init_sized": (None, [ctypes.POINTER(Options), ctypes.c_size_t]),
     "lct_connect": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.POINTER(_CLIENT)]),
     "lct_close": (None, [_CLIENT]),
     "lct_free": (None, [ctypes.c_void_p]),
@@ -91,8 +93,10 @@ _PROTOTYPES = {
     "lct_get_device_many": (ctypes.c_int, [_CLIENT, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
                                            ctypes.POINTER(ctypes.c_size_t)]),
     "lct_set_device_stream": (ctypes.c_int, [_CLIENT, ctypes.c_void_p]),
-    "lct_submit_device_many": (ctypes.c_int, [_CLIENT, ctypes.c_int, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
-                                              _P, _P, ctypes.POINTER(_P)]),
+    "lct_submit_put_device_many": (ctypes.c_int, [_CLIENT, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
+                                                  _P, _P, ctypes.POINTER(_P)]),
+    "lct_submit_get_device_many": (ctypes.c_int, [_CLIENT, ctypes.POINTER(DeviceTensor), ctypes.c_size_t,
+                                                  _P, _P, ctypes.POINTER(_P)]),
     "lct_job_wait": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "lct_job_error": (ctypes.c_char_p, [_P]),
     "lct_job_free": (None, [_P]),

@@ -339,13 +339,13 @@ class Client:
         self.endpoint = endpoint
         self._options = dict(endpoint=endpoint, auth_token_file=auth_token_file, timeout_ms=timeout_ms,
                              connect_timeout_ms=connect_timeout_ms, frame_bytes=frame_bytes)
-        opts = _native.Options(
-            endpoint=endpoint.encode() if endpoint is not None else None,
-            timeout_ms=timeout_ms or 0,
-            connect_timeout_ms=connect_timeout_ms or 0,
-            frame_bytes=frame_bytes or 0,
-            auth_token_file=os.fsencode(auth_token_file) if auth_token_file is not None else None,
-        )
+        opts = _native.Options()
+        lib.lct_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
+        opts.endpoint = endpoint.encode() if endpoint is not None else None
+        opts.timeout_ms = timeout_ms or 0
+        opts.connect_timeout_ms = connect_timeout_ms or 0
+        opts.frame_bytes = frame_bytes or 0
+        opts.auth_token_file = os.fsencode(auth_token_file) if auth_token_file is not None else None
         handle = ctypes.c_void_p()
         rc = lib.lct_connect(ctypes.byref(opts), ctypes.byref(handle))
         if rc < 0:
@@ -693,8 +693,9 @@ class Batch:
         with client._lock:
             if client._c is None:
                 raise ValueError("client is closed")
-            rc = lib.lct_submit_device_many(client._c, int(self.put), self._arr, len(self._batch),
-                                            getattr(event, "cuda_event", event), after_handle, ctypes.byref(handle))
+            submit = lib.lct_submit_put_device_many if self.put else lib.lct_submit_get_device_many
+            rc = submit(client._c, self._arr, len(self._batch), getattr(event, "cuda_event", event), after_handle,
+                        ctypes.byref(handle))
             if rc < 0:
                 raise _error(rc)
             self._job = Job(self, handle, event, after)

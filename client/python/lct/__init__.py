@@ -13,7 +13,10 @@ lct.NotFoundError, which is also a KeyError. lct.LCT_ENOENT and the other
 LCT_E* names give the codes. lct.optim (imported on first use; needs torch)
 holds OffloadedAdamW. numpy and torch are optional.
 """
-from .client import Batch, Client, Job, LctError, NotFoundError, ServerInfo, TensorInfo, error_code
+from .batch import Batch, Job
+from .client import Client
+from .errors import LctError, NotFoundError, error_code
+from .info import ServerInfo, TensorInfo
 
 __all__ = ["Batch", "Client", "Job", "LctError", "NotFoundError", "ServerInfo", "TensorInfo", "error_code", "optim"]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""_native.py — finds liblct.so and declares its C API to ctypes (mirrors client/lct.h)."""
+"""_native.py — finds liblct.so, declares its C API (client/lct.h) to ctypes and checks the structures against it."""
 import ctypes
 import os
 import pathlib
@@ -42,17 +42,6 @@ class ListPage(ctypes.Structure):
     ]
 
 
-STATS_FIELDS = (
-    "tensors", "raw_bytes", "stored_bytes", "pool_capacity", "pool_used", "staging_bytes",
-    "pending_puts", "codebook_builds", "codebook_rebuilds", "requests", "errors",
-    "bytes_in", "bytes_out", "puts_expired", "device_puts", "device_gets", "device_fallbacks",
-)
-
-
-class ServerStats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
-
-
 class ServerInfo(ctypes.Structure):
     _fields_ = [
         ("server", ctypes.c_char * 64),
@@ -74,14 +63,31 @@ class DeviceTensor(ctypes.Structure):
     ]
 
 
+class ServerStats(ctypes.Structure):
+    """lct_server_stats: a uint64 per field, named as the loaded liblct names them (set by lib())."""
+
+
+STATS_FIELDS = ()  # lct_server_stats's field names, in order, from the loaded liblct
+
+# Each structure's C name and lct_struct value (for lct_struct_size).
+_STRUCTS = {
+    Options: ("lct_options", 1), TensorInfo: ("lct_tensor_info", 2), DeviceTensor: ("lct_device_tensor", 3),
+    ListEntry: ("lct_list_entry", 4), ListPage: ("lct_list_page", 5), ServerStats: ("lct_server_stats", 6),
+    ServerInfo: ("lct_server_info", 7),
+}
+
 _P = ctypes.c_void_p
 _CLIENT = ctypes.c_void_p
 _PROTOTYPES = {
+    "lct_version_string": (ctypes.c_char_p, []),
+    "lct_struct_size": (ctypes.c_size_t, [ctypes.c_int]),
+    "lct_stats_field_name": (ctypes.c_char_p, [ctypes.c_size_t]),
     "lct_options_init_sized": (None, [ctypes.POINTER(Options), ctypes.c_size_t]),
     "lct_connect": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.POINTER(_CLIENT)]),
     "lct_close": (None, [_CLIENT]),
     "lct_free": (None, [ctypes.c_void_p]),
     "lct_last_error": (ctypes.c_char_p, [_CLIENT]),
+    "lct_device_path": (ctypes.c_int, [_CLIENT]),
     "lct_put": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                                ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
     "lct_get": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo)]),
@@ -130,12 +136,36 @@ def candidates():
     return paths
 
 
+def _declare(handle, path):
+    """Declares the prototypes, after laying out ServerStats as handle names its
+    fields and checking every structure's size against handle's own."""
+    global STATS_FIELDS
+    try:
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(handle, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+    except AttributeError as e:
+        raise OSError(f"{path} is not the liblct this binding was written for: {e}") from None
+    if not STATS_FIELDS:
+        names = []
+        while (name := handle.lct_stats_field_name(len(names))) is not None:
+            names.append(name.decode())
+        ServerStats._fields_ = [(name, ctypes.c_uint64) for name in names]
+        STATS_FIELDS = tuple(names)
+    for cls, (c_name, which) in _STRUCTS.items():
+        size = handle.lct_struct_size(which)
+        if ctypes.sizeof(cls) != size:
+            raise OSError(f"{path}: {c_name} is {size} bytes there and {ctypes.sizeof(cls)} as this binding "
+                          "declares it: a liblct of another version")
+
+
 _lock = threading.Lock()
 _lib = None
 
 
 def lib():
-    """liblct, loaded and declared on first use."""
+    """liblct, loaded, declared and checked on first use."""
     global _lib
     with _lock:
         if _lib is None:
@@ -149,10 +179,7 @@ def lib():
                 except OSError as e:
                     tried.append(f"{path} ({e})")
                     continue
-                for name, (restype, argtypes) in _PROTOTYPES.items():
-                    fn = getattr(handle, name)
-                    fn.restype = restype
-                    fn.argtypes = argtypes
+                _declare(handle, path)
                 _lib = handle
                 break
             else:

@@ -3,7 +3,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from .client import Batch, LctError, _canceled, _failure, error_code
+from .batch import Batch, failure
+from .errors import LctError, canceled, error_code
 
 _LOST = (error_code("LCT_ETIMEDOUT"), error_code("LCT_ECONN"))  # a request whose fate is unknown
 
@@ -278,7 +279,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                     job = _ThreadJob(self._mover(True), self._put_raw, items, event, job)
                 except BaseException:
                     if job is not None:
-                        _failure(job)  # nothing may still read the scratch when it goes
+                        failure(job)  # nothing may still read the scratch when it goes
                     raise
             return job
 
@@ -300,7 +301,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             scratch.clear()
 
         def finish_last():
-            error = _failure(stored[-1]) if stored[-1] is not None else None
+            error = failure(stored[-1]) if stored[-1] is not None else None
             finish([error], {len(plans) - 1: error} if error is not None else {})
             if error is not None:
                 raise error
@@ -321,10 +322,10 @@ class OffloadedAdamW(torch.optim.Optimizer):
         except BaseException as e:
             # Nothing may touch the scratch once it returns to the allocator;
             # any request cut off keeps it from going back.
-            failures = [_failure(job) if job is not None else None for job in stored]
+            failures = [failure(job) if job is not None else None for job in stored]
             unstored = {i: failures[i] if i < len(stored) else None for i in range(len(plans))
                         if i >= len(stored) or failures[i] is not None}
-            finish([e] + [_failure(job) for job in fetched if job is not None] + failures, unstored)
+            finish([e] + [failure(job) for job in fetched if job is not None] + failures, unstored)
             raise
         # The last group's states go back while the trainer goes on; a mover
         # thread then lets go of the scratch, and the next step waits for it.
@@ -557,9 +558,9 @@ class _ThreadJob:
 def _await(event, after):
     """On a mover thread, what a liblct job waits for before its request:
     the job after (its failure cancels this one), then the CUDA event."""
-    failure = _failure(after) if after is not None else None
-    if failure is not None:
-        raise _canceled(failure)
+    cause = failure(after) if after is not None else None
+    if cause is not None:
+        raise canceled(cause)
     if event is not None:
         event.synchronize()
 

@@ -767,6 +767,59 @@ Test(client, connect_failures) {
   cr_assert_eq(lct_connect(&o, &c), LCT_EINVAL, "frame below the minimum");
 }
 
+/* ---- what liblct says of itself, and options from other headers -------------- */
+
+Test(client, abi) {
+  cr_assert_eq(lct_version_number(), LCT_VERSION_NUMBER);
+  cr_assert_str_eq(lct_version_string(), LCT_VERSION_STRING);
+  const struct {
+    lct_struct which;
+    size_t size;
+  } structs[] = {
+      {LCT_STRUCT_OPTIONS, sizeof(lct_options)},           {LCT_STRUCT_TENSOR_INFO, sizeof(lct_tensor_info)},
+      {LCT_STRUCT_DEVICE_TENSOR, sizeof(lct_device_tensor)}, {LCT_STRUCT_LIST_ENTRY, sizeof(lct_list_entry)},
+      {LCT_STRUCT_LIST_PAGE, sizeof(lct_list_page)},         {LCT_STRUCT_SERVER_STATS, sizeof(lct_server_stats)},
+      {LCT_STRUCT_SERVER_INFO, sizeof(lct_server_info)},
+  };
+  for (size_t i = 0; i < sizeof structs / sizeof structs[0]; i++)
+    cr_assert_eq(lct_struct_size(structs[i].which), structs[i].size, "lct_struct %d", (int)structs[i].which);
+  cr_assert_eq(lct_struct_size((lct_struct)0), 0, "an unknown structure");
+  size_t fields = 0;
+  while (lct_stats_field_name(fields) != NULL)
+    fields++;
+  cr_assert_eq(fields * sizeof(uint64_t), sizeof(lct_server_stats));
+  cr_assert_str_eq(lct_stats_field_name(0), "tensors");
+  cr_assert_str_eq(lct_stats_field_name(fields - 1), "device_fallbacks");
+}
+
+Test(client, options_of_other_sizes, .init = start_default, .fini = stop) {
+  lct_client *c;
+  lct_options o;
+  lct_options_init(&o);
+  cr_assert_eq(o.size, sizeof o);
+  o.endpoint = daemon_.ipc;
+  cr_assert_eq(lct_connect(&o, &c), 0);
+  lct_close(c);
+  o.size = 0;
+  cr_assert_eq(lct_connect(&o, &c), LCT_EINVAL, "options not set up by lct_options_init");
+  o.size = sizeof o - 1;
+  cr_assert_eq(lct_connect(&o, &c), LCT_EINVAL, "smaller than any lct_options there was");
+  /* A caller built with a later lct.h, one more field: fine while that field is 0. */
+  union {
+    lct_options o;
+    unsigned char bytes[sizeof(lct_options) + 8];
+  } later;
+  memset(&later, 0xff, sizeof later);
+  lct_options_init_sized(&later.o, sizeof later);
+  cr_assert_eq(later.o.size, sizeof later);
+  cr_assert_eq(later.bytes[sizeof(lct_options)], 0, "the field this liblct lacks is 0 too");
+  later.o.endpoint = daemon_.ipc;
+  cr_assert_eq(lct_connect(&later.o, &c), 0);
+  lct_close(c);
+  later.bytes[sizeof(lct_options) + 7] = 1;
+  cr_assert_eq(lct_connect(&later.o, &c), LCT_EINVAL, "a field this liblct lacks, set");
+}
+
 /* ---- the HTTP stats endpoint --------------------------------------------------- */
 
 static int http_port;

@@ -51,4 +51,4 @@ echo "dtype  shape                         raw       stored  ratio version  key"
 
 echo
 echo "== lct stats"
-"$bin/lct" stats | grep -v '^#'
+"$bin/lct" stats

@@ -45,7 +45,15 @@ grep -a -q "'descr': '|V2'" "$tmp/w.npy" || fail "bf16 .npy descr"
 grep -q "^f32 .*\[256,128\] .*layer/g$" "$tmp/ls" || fail "ls line: $(cat "$tmp/ls")"
 "$lct" ls layer/ --limit 1 | grep -c . | grep -q "^1$" || fail "ls --limit"
 "$lct" rm layer/w2 || fail "rm"
-"$lct" stats | grep -q "^lct_tensors 3$" || fail "stats: $("$lct" stats | grep lct_tensors)"
+"$lct" stats --prometheus | grep -q "^lct_tensors 3$" || fail "stats: $("$lct" stats --prometheus | grep lct_tensors)"
+# The summary: counts, ratios by dtype, the pool, requests, latency, the device path.
+"$lct" stats >"$tmp/stats" || fail "stats"
+for want in "^tensors: *3$" "^raw bytes: *[0-9.]* KiB ([0-9]* bytes)$" "^ratio: *[0-9.]* (.*bf16 [0-9.]*.*)$" \
+            "^ratio: .*f32 [0-9.]*" "^pool: *.* used of .* ([0-9.]*%)$" "^requests: *[1-9]" "^errors: *[0-9]" \
+            "^latency: *mean .*, p50 <= .*, p99 <= " "^device: *0 puts, 0 gets, 0 fallbacks"; do
+  grep -q "$want" "$tmp/stats" || fail "stats lacks '$want': $(cat "$tmp/stats")"
+done
+grep -q "^lct_\|^#" "$tmp/stats" && fail "stats printed Prometheus text: $(cat "$tmp/stats")"
 
 expect_error "rm layer/w2: no such key" "$lct" rm layer/w2
 expect_error "get nope: no such key" "$lct" get nope "$tmp/x"

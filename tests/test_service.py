@@ -216,8 +216,8 @@ class ServiceTest(unittest.TestCase):
         self.assertIn("lct_request_duration_seconds_bucket{op=\"put\",le=\"+Inf\"} 2\n", text)
         self.assertNotIn("w/bf16", text, "no per-key labels")
         self.assertEqual(scrape(d.http, "/healthz")[2], "ok\n")
-        # The same figures through the stats op, as `lct stats` prints them.
-        out = subprocess.run([CLI, "--endpoint", d.ipc, "stats"], capture_output=True, text=True,
+        # The same figures through the stats op, as `lct stats --prometheus` prints them.
+        out = subprocess.run([CLI, "--endpoint", d.ipc, "stats", "--prometheus"], capture_output=True, text=True,
                              timeout=20)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(metric(out.stdout, "lct_tensors"), 2)

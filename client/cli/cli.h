@@ -4,6 +4,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "lct.h"
 
 typedef struct {
   const char *name;
@@ -22,6 +25,8 @@ int cli_stat(int argc, char **argv);
 int cli_stats(int argc, char **argv);
 int cli_ping(int argc, char **argv);
 int cli_save(int argc, char **argv);
+/* `lct stats` without --prometheus: st and the Prometheus text it came with, summarized for people (cli_stats.c). */
+void cli_stats_summary(FILE *out, const lct_server_stats *st, const char *prometheus);
 /* lctd endpoint from --endpoint; NULL: $LCT_ENDPOINT or the default. */
 extern const char *cli_endpoint;
 /* Token file from --auth-token-file; NULL: $LCT_AUTH_TOKEN_FILE or none. */

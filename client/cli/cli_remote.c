@@ -27,6 +27,7 @@ typedef struct remote_args {
   const char *dtype;
   const char *shape;
   long limit;
+  int prometheus; /* stats: the Prometheus text as lctd sends it */
 } remote_args;
 
 /* A stored dtype's name; a server newer than this lct may report one it does not know. */
@@ -44,7 +45,10 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
     else if (strcmp(arg, "--auth-token-file") == 0) slot = &cli_auth_token_file;
     else if (strcmp(arg, "--dtype") == 0) slot = &a->dtype;
     else if (strcmp(arg, "--shape") == 0) slot = &a->shape;
-    else if (strcmp(arg, "--limit") == 0) {
+    else if (strcmp(arg, "--prometheus") == 0) {
+      a->prometheus = 1;
+      continue;
+    } else if (strcmp(arg, "--limit") == 0) {
       if (i + 1 >= argc || (a->limit = strtol(argv[++i], NULL, 10)) <= 0)
         return cli_fail("%s: --limit needs a positive number", argv[0]);
       continue;
@@ -312,11 +316,13 @@ int cli_stats(int argc, char **argv) {
   if (remote_parse(argc, argv, 0, &a)) return 1;
   lct_client *c;
   if (remote_connect("stats", &c)) return 1;
+  lct_server_stats st;
   char *text;
-  int rc = lct_stats(c, NULL, &text);
+  int rc = lct_stats(c, &st, &text);
   if (rc) return remote_fail("stats", "", c, rc);
   lct_close(c);
-  fputs(text, stdout);
+  if (a.prometheus) fputs(text, stdout);
+  else cli_stats_summary(stdout, &st, text);
   lct_free(text);
   return 0;
 }

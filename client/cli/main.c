@@ -12,7 +12,8 @@ static const cli_command commands[] = {
     {"rm", "rm KEY                      delete a tensor", cli_rm},
     {"ls", "ls [PREFIX] [--limit N]     list tensors: dtype, shape, raw, stored, ratio, version, key", cli_ls},
     {"stat", "stat KEY                    show a tensor's metadata", cli_stat},
-    {"stats", "stats                       server counters (Prometheus text)", cli_stats},
+    {"stats", "stats [--prometheus]        a summary of the server's counters, or all of them as Prometheus text",
+     cli_stats},
     {"ping", "ping                        check that lctd answers", cli_ping},
     {"save", "save                        have lctd write its tensors to its persist_dir now", cli_save},
 };

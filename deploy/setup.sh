@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# setup.sh — installs the Debian/Ubuntu packages LCT builds and tests with (skips what is present).
+# setup.sh [--test] — installs the Debian/Ubuntu packages LCT builds and runs with; --test adds those its tests need.
 set -euo pipefail
+# Build and run: compiler and CMake, lctd's and liblct's libraries, the benchmarks' zstd, the Python binding.
 pkgs=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnanomsg-dev
-      libcriterion-dev libzstd-dev python3 python3-numpy redis-server
-      systemd prometheus) # systemd-analyze verifies the unit; promtool checks /metrics
+      libzstd-dev python3 python3-numpy)
+case "${1:-}" in
+  "") ;;
+  # Criterion for the C tests, systemd-analyze to verify the unit, promtool to check /metrics,
+  # redis-server for the service benchmark's comparison.
+  --test) pkgs+=(libcriterion-dev systemd prometheus redis-server) ;;
+  *) echo "usage: deploy/setup.sh [--test]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test.sh — from a fresh checkout: install dependencies, build (CUDA sources too when nvcc
+# test.sh — from a fresh checkout: install the build and test dependencies, build (CUDA sources too when nvcc
 # is present), run every test, then run them again under AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-deploy/setup.sh
+deploy/setup.sh --test
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure

@@ -70,6 +70,55 @@ static int lct__is_snap_name(const char *name) {
   return strspn(name, "0123456789abcdef") == 32;
 }
 
+/* What a directory entry is, for a log line, when it is not a regular file. */
+static const char *lct__file_kind(mode_t mode) {
+  switch (mode & S_IFMT) {
+  case S_IFLNK:
+    return "a symbolic link";
+  case S_IFDIR:
+    return "a directory";
+  case S_IFIFO:
+    return "a FIFO";
+  case S_IFSOCK:
+    return "a socket";
+  case S_IFCHR:
+  case S_IFBLK:
+    return "a device";
+  default:
+    return "not a regular file";
+  }
+}
+
+/* Opens dir/name for reading when it is a regular file: never through a
+ * symbolic link (whose target may lie outside persist_dir), never a FIFO or
+ * device (whose open may block or act). Returns the descriptor (sb filled),
+ * or -1 with *kind naming any other kind of entry, or -1, *kind NULL and
+ * errno when the entry cannot be read. */
+static int lct__open_regular(int dir, const char *name, struct stat *sb, const char **kind) {
+  *kind = NULL;
+  if (fstatat(dir, name, sb, AT_SYMLINK_NOFOLLOW) != 0)
+    return -1;
+  if (!S_ISREG(sb->st_mode)) {
+    *kind = lct__file_kind(sb->st_mode);
+    return -1;
+  }
+  /* The entry may have been replaced since: the flags and a second look hold anyway. */
+  int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      *kind = lct__file_kind(S_IFLNK);
+    return -1;
+  }
+  int rc = fstat(fd, sb), saved = errno;
+  if (rc == 0 && S_ISREG(sb->st_mode))
+    return fd;
+  if (rc == 0)
+    *kind = lct__file_kind(sb->st_mode);
+  close(fd);
+  errno = saved;
+  return -1;
+}
+
 static int lct__write_all(int fd, const void *p, size_t len, uint32_t *crc) {
   *crc = lct_crc32c(*crc, p, len);
   for (const uint8_t *b = p; len > 0;) {
@@ -99,11 +148,15 @@ struct lct__snapshot {
   lct__persist_result r;
 };
 
-/* Writes one entry to a temporary file and renames it into place. */
+/* Writes one entry to a temporary file and renames it into place. The
+ * temporary file is created afresh, so that whatever stands at its name (a
+ * save's leftover, a symbolic link) is replaced rather than written through. */
 static int lct__save_entry(lct__snapshot *sv, const lct__entry *e, const char *name) {
   char tmp[LCT__SNAP_NAME + 8];
   snprintf(tmp, sizeof tmp, ".%s.tmp", name);
-  int fd = openat(sv->dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (unlinkat(sv->dir, tmp, 0) != 0 && errno != ENOENT)
+    return -1;
+  int fd = openat(sv->dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0)
     return -1;
   uint8_t head[LCT__SNAP_HEADER];
@@ -240,8 +293,10 @@ void lct__persist_write(lct__snapshot *sv) {
   }
   qsort(sv->names, sv->n, sizeof *sv->names, lct__name_cmp);
   for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    struct stat sb;
     if (lct__is_snap_name(de->d_name) &&
-        bsearch(de->d_name, sv->names, sv->n, sizeof *sv->names, lct__name_cmp) == NULL) {
+        bsearch(de->d_name, sv->names, sv->n, sizeof *sv->names, lct__name_cmp) == NULL &&
+        fstatat(sv->dir, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) {
       if (unlinkat(sv->dir, de->d_name, 0) == 0)
         sv->r.removed++;
       else
@@ -464,20 +519,31 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
   for (struct dirent *de; (de = readdir(d)) != NULL;) {
     const char *name = de->d_name;
     size_t len = strlen(name);
-    if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
+    int tmp = name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0;
+    if (!tmp && !lct__is_snap_name(name))
+      continue;
+    /* Only regular files are lctd's: anything else is left as it is. */
+    struct stat sb;
+    const char *kind;
+    int fd = lct__open_regular(dir, name, &sb, &kind);
+    if (fd < 0) {
+      if (kind != NULL)
+        lct__log_error("persist: %s/%s is %s; skipped and left alone", path, name, kind);
+      else
+        lct__log_error("persist: cannot read %s/%s: %s; skipped", path, name, strerror(errno));
+      skipped++;
+      continue;
+    }
+    if (tmp) {
+      close(fd);
       lct__log_warn("persist: removing %s/%s, left by an interrupted save", path, name);
       unlinkat(dir, name, 0);
       continue;
     }
-    if (!lct__is_snap_name(name))
-      continue;
-    int fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    FILE *f = fd >= 0 && fstat(fd, &sb) == 0 ? fdopen(fd, "rb") : NULL;
+    FILE *f = fdopen(fd, "rb");
     if (f == NULL) {
       lct__log_error("persist: cannot read %s/%s: %s; skipped", path, name, strerror(errno));
-      if (fd >= 0)
-        close(fd);
+      close(fd);
       skipped++;
       continue;
     }

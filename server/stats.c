@@ -230,7 +230,7 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   lct__metric(&b, "snapshot_restored_tensors", "gauge", "Tensors restored from persist_dir at start.",
               st->persist_restored);
   lct__metric(&b, "snapshot_skipped_files", "gauge",
-              "Snapshot files skipped at start: corrupt, partial or too large for the pool.",
+              "Snapshot files skipped at start: corrupt, partial, too large for the pool, or not regular files.",
               st->persist_skipped);
   if (b.failed) {
     free(b.p);

@@ -60,7 +60,7 @@ typedef struct lct__stats {
   uint64_t persist_written;   /* tensor files written by them */
   uint64_t persist_failures;  /* tensors or directories a save could not write */
   uint64_t persist_restored;  /* tensors restored from persist_dir at start */
-  uint64_t persist_skipped;   /* files skipped at start: corrupt, partial or too large */
+  uint64_t persist_skipped;   /* files skipped at start: corrupt, partial, too large, not regular files */
   uint64_t device_puts;       /* tensors stored device to device (PUT_DEVICE, PUT_DEVICE_MANY items) */
   uint64_t device_gets;       /* tensors read device to device (GET_DEVICE, GET_DEVICE_MANY items) */
   uint64_t device_fallback_reasons[LCT__FALLBACK_SLOTS]; /* device ops answered LCT_ENOIPC, by reason */

@@ -1,0 +1,243 @@
+/* test_persist.c — persist_dir against a real lctd (cpu backend): entries that are not lctd's files are left alone. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include "lctd_harness.h"
+#include "test_util.h"
+
+static test_lctd daemon_;
+static char tmp_[64];     /* this test's scratch directory */
+static char state_[96];   /* its persist_dir */
+static char outside_[96]; /* a file outside persist_dir that lctd must never write */
+
+#define OUTSIDE_TEXT "bytes lctd must not touch\n"
+#define FOREIGN_NAME "0123456789abcdef0123456789abcdef.lct" /* a snapshot name no key of these tests has */
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) { return remove(path); }
+
+static void setup(void) {
+  snprintf(tmp_, sizeof tmp_, "/tmp/lct-persist-XXXXXX");
+  cr_assert(mkdtemp(tmp_) != NULL);
+  snprintf(state_, sizeof state_, "%s/state", tmp_);
+  snprintf(outside_, sizeof outside_, "%s/outside", tmp_);
+  cr_assert_eq(mkdir(state_, 0750), 0);
+  FILE *f = fopen(outside_, "w");
+  cr_assert(f != NULL);
+  fputs(OUTSIDE_TEXT, f);
+  fclose(f);
+}
+
+static void teardown(void) {
+  if (daemon_.pid > 0) {
+    kill(daemon_.pid, SIGKILL);
+    waitpid(daemon_.pid, NULL, 0);
+  }
+  nftw(tmp_, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* lctd on state_ with extra flags (NULL-terminated, up to 8). */
+static void start(const char *const *extra) {
+  const char *argv[16] = {"--persist-dir", state_};
+  int n = 2;
+  for (int i = 0; extra && extra[i] && n < 15; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  test_lctd_start(&daemon_, argv);
+}
+
+/* Seeded bf16-like data: a handful of exponents, random mantissas. */
+static uint8_t *bf16_data(uint64_t seed, size_t n_elems) {
+  test_rng r = {seed};
+  uint16_t *p = malloc(n_elems * 2 + 1);
+  for (size_t i = 0; i < n_elems; i++) {
+    uint64_t x = test_rand(&r);
+    p[i] = (uint16_t)(((x >> 20) & 1) << 15 | (0x78 + (x & 7)) << 7 | ((x >> 8) & 0x7f));
+  }
+  return (uint8_t *)p;
+}
+
+static void put_ok(lct_client *c, const char *key, int dtype, const void *data, size_t bytes, lct_tensor_info *info) {
+  uint64_t shape[1] = {bytes / lct_dtype_size(dtype)};
+  int rc = lct_put(c, key, dtype, shape, 1, data, bytes, info);
+  cr_assert_eq(rc, 0, "put %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
+}
+
+static void get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
+  void *got;
+  lct_tensor_info info;
+  int rc = lct_get_alloc(c, key, &got, &info);
+  cr_assert_eq(rc, 0, "get %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
+  cr_assert_eq(info.raw_bytes, bytes, "%s size", key);
+  cr_assert(bytes == 0 || memcmp(got, want, bytes) == 0, "%s bytes differ", key);
+  lct_free(got);
+}
+
+static void get_missing(lct_client *c, const char *key) {
+  void *got;
+  cr_assert_eq(lct_get_alloc(c, key, &got, NULL), LCT_ENOENT, "%s should not be stored", key);
+}
+
+static void save_ok(lct_client *c) {
+  uint64_t written;
+  int rc = lct_save(c, &written);
+  cr_assert_eq(rc, 0, "save: %s: %s", lct_strerror(rc), lct_last_error(c));
+}
+
+static uint64_t skipped(lct_client *c) { return test_metric(c, "lct_snapshot_skipped_files "); }
+
+/* The mode of state_/name, not following a symbolic link (0 if absent). */
+static mode_t kind_of(const char *name) {
+  char path[256];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/%s", state_, name);
+  return lstat(path, &sb) == 0 ? sb.st_mode & S_IFMT : 0;
+}
+
+/* Reads a whole file; *len its size. */
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f != NULL, "cannot open %s", path);
+  uint8_t *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n == cap) buf = realloc(buf, cap = cap ? 2 * cap : 4096);
+    size_t got = fread(buf + n, 1, cap - n, f);
+    if (got == 0) break;
+    n += got;
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+static void assert_outside_untouched(void) {
+  size_t len;
+  uint8_t *b = slurp(outside_, &len);
+  cr_assert(len == strlen(OUTSIDE_TEXT) && memcmp(b, OUTSIDE_TEXT, len) == 0, "the file outside persist_dir changed");
+  free(b);
+}
+
+/* The name of the one snapshot file in state_ that is a regular file. */
+static void the_snapshot(char name[64]) {
+  DIR *d = opendir(state_);
+  cr_assert(d != NULL);
+  int n = 0;
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    size_t len = strlen(de->d_name);
+    if (len == 36 && strcmp(de->d_name + 32, ".lct") == 0 && kind_of(de->d_name) == S_IFREG) {
+      snprintf(name, 64, "%s", de->d_name);
+      n++;
+    }
+  }
+  closedir(d);
+  cr_assert_eq(n, 1, "%d snapshot files in %s", n, state_);
+}
+
+/* Puts, gets, saves and restarts around whatever foreign entry the test
+ * placed: the daemon serves and persists as usual. */
+static void serves_and_persists(uint64_t skipped_files) {
+  lct_client *c = test_connect(daemon_.ipc);
+  cr_assert_eq(skipped(c), skipped_files);
+  size_t n = 50000;
+  uint8_t *a = bf16_data(7, n);
+  put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
+  get_equals(c, "a", a, n * 2);
+  save_ok(c);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  start(NULL);
+  c = test_connect(daemon_.ipc);
+  get_equals(c, "a", a, n * 2);
+  cr_assert_eq(skipped(c), skipped_files);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  free(a);
+}
+
+/* ---- entries of persist_dir that are not regular files ------------------------ */
+
+Test(persist, fifo_is_skipped_not_opened, .init = setup, .fini = teardown) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", state_, FOREIGN_NAME);
+  cr_assert_eq(mkfifo(path, 0640), 0);
+  start(NULL); /* opening the FIFO to read it would block the start for good */
+  serves_and_persists(1);
+  cr_assert_eq(kind_of(FOREIGN_NAME), S_IFIFO, "the FIFO is left in place");
+}
+
+Test(persist, symlink_is_not_followed, .init = setup, .fini = teardown) {
+  /* A valid snapshot file of key "secret", moved outside persist_dir and linked back in. */
+  start(NULL);
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "secret", LCT_DTYPE_RAW, "restored through a link", 23, NULL);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  char name[64], path[256];
+  the_snapshot(name);
+  snprintf(path, sizeof path, "%s/%s", state_, name);
+  cr_assert_eq(rename(path, outside_), 0);
+  cr_assert_eq(symlink(outside_, path), 0);
+  size_t want_len;
+  uint8_t *want = slurp(outside_, &want_len);
+
+  start(NULL);
+  c = test_connect(daemon_.ipc);
+  get_missing(c, "secret");
+  lct_close(c);
+  serves_and_persists(1);
+  cr_assert_eq(kind_of(name), S_IFLNK, "the link is left in place");
+
+  start(NULL); /* a save of the key whose name the link holds replaces the link, not its target */
+  c = test_connect(daemon_.ipc);
+  put_ok(c, "secret", LCT_DTYPE_RAW, "stored in persist_dir", 21, NULL);
+  save_ok(c);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  cr_assert_eq(kind_of(name), S_IFREG);
+  size_t len;
+  uint8_t *now = slurp(outside_, &len);
+  cr_assert(len == want_len && memcmp(now, want, len) == 0, "the link's target changed");
+  free(want);
+  free(now);
+}
+
+Test(persist, symlink_at_temporary_name_is_not_followed, .init = setup, .fini = teardown) {
+  start(NULL);
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "k", LCT_DTYPE_RAW, "version one", 11, NULL);
+  save_ok(c);
+  char name[64], tmp[256];
+  the_snapshot(name);
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", state_, name);
+  cr_assert_eq(symlink(outside_, tmp), 0); /* where the next save of "k" writes first */
+  put_ok(c, "k", LCT_DTYPE_RAW, "version two", 11, NULL);
+  save_ok(c);
+  lct_close(c);
+  assert_outside_untouched();
+  cr_assert_eq(kind_of(name), S_IFREG, "the snapshot is a file of its own");
+  test_lctd_stop(&daemon_);
+  start(NULL);
+  c = test_connect(daemon_.ipc);
+  get_equals(c, "k", "version two", 11);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  assert_outside_untouched();
+}
+
+Test(persist, directory_is_left_alone, .init = setup, .fini = teardown) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", state_, FOREIGN_NAME);
+  cr_assert_eq(mkdir(path, 0750), 0);
+  snprintf(path, sizeof path, "%s/%s/inside", state_, FOREIGN_NAME);
+  FILE *f = fopen(path, "w");
+  cr_assert(f != NULL);
+  fclose(f);
+  start(NULL);
+  serves_and_persists(1);
+  cr_assert_eq(kind_of(FOREIGN_NAME), S_IFDIR, "the directory keeps its name");
+  cr_assert_eq(access(path, F_OK), 0, "and its contents");
+}

@@ -8,55 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "lct_checksum.h"
 #include "log.h"
+#include "snapshot_file.h"
 
-/* File layout (deploy/README.md), integers little-endian:
- *   0   "LCTS"             magic
- *   4   u32 format         LCT__SNAP_VERSION
- *   8   u32 key_len        1..LCT_KEY_MAX
- *   12  u32 dtype
- *   16  u32 ndim           0..LCT_MAX_DIMS
- *   20  u32 n_segments     >= 1
- *   24  u64 shape[8]
- *   88  u64 raw_bytes
- *   96  u64 version
- *   104 u32 checksum       CRC-32C of the raw bytes
- *   108 u32 reserved = 0
- *   112 key, then n_segments x {u64 raw_offset, u64 raw_bytes, u64 blob_bytes},
- *       then the blobs (proto/FORMAT.md) back to back,
- *   end u32 CRC-32C of every byte before it. */
-#define LCT__SNAP_MAGIC "LCTS"
-#define LCT__SNAP_VERSION 1
-#define LCT__SNAP_HEADER 112
-#define LCT__SNAP_SEGMENT 24
 #define LCT__SNAP_SUFFIX ".lct"
 #define LCT__SNAP_NAME 36 /* 32 hex digits and the suffix */
-#define LCT__SNAP_IO (4u << 20) /* bytes per read or write call */
-
-static void lct__put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static void lct__put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t lct__get32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
-static uint64_t lct__get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = v << 8 | p[i];
-  return v;
-}
+#define LCT__SNAP_IO (4u << 20) /* bytes a save copies out of the pool per write */
 
 /* The key's file name: two 64-bit FNV-1a hashes (different offset bases) in hex. */
 static void lct__snap_name(const uint8_t *key, size_t len, char name[LCT__SNAP_NAME + 1]) {
@@ -159,29 +121,16 @@ static int lct__save_entry(lct__snapshot *sv, const lct__entry *e, const char *n
   int fd = openat(sv->dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0)
     return -1;
-  uint8_t head[LCT__SNAP_HEADER];
-  memset(head, 0, sizeof head);
-  memcpy(head, LCT__SNAP_MAGIC, 4);
-  lct__put32(head + 4, LCT__SNAP_VERSION);
-  lct__put32(head + 8, (uint32_t)e->key_len);
-  lct__put32(head + 12, (uint32_t)e->dtype);
-  lct__put32(head + 16, (uint32_t)e->ndim);
-  lct__put32(head + 20, (uint32_t)e->n_segments);
-  for (int i = 0; i < LCT_MAX_DIMS; i++)
-    lct__put64(head + 24 + 8 * i, e->shape[i]);
-  lct__put64(head + 88, e->raw_bytes);
-  lct__put64(head + 96, e->version);
-  lct__put32(head + 104, e->checksum);
+  uint8_t head[LCT__SNAPSHOT_HEAD_MAX];
+  size_t head_bytes = lct__snapshot_head(e, head);
   uint32_t crc = 0;
-  uint64_t bytes = LCT__SNAP_HEADER + e->key_len + 4;
-  int rc = lct__write_all(fd, head, sizeof head, &crc) || lct__write_all(fd, e->key, e->key_len, &crc);
+  uint64_t bytes = head_bytes + 4;
+  int rc = lct__write_all(fd, head, head_bytes, &crc);
   for (size_t i = 0; rc == 0 && i < e->n_segments; i++) {
-    uint8_t seg[LCT__SNAP_SEGMENT];
-    lct__put64(seg, e->segments[i].raw_offset);
-    lct__put64(seg + 8, e->segments[i].raw_bytes);
-    lct__put64(seg + 16, e->segments[i].blob_bytes);
-    rc = lct__write_all(fd, seg, sizeof seg, &crc);
-    bytes += sizeof seg + e->segments[i].blob_bytes;
+    uint8_t row[LCT__SNAPSHOT_ROW];
+    lct__snapshot_row_write(&e->segments[i], row);
+    rc = lct__write_all(fd, row, sizeof row, &crc);
+    bytes += sizeof row + e->segments[i].blob_bytes;
   }
   for (size_t i = 0; rc == 0 && i < e->n_segments; i++) {
     const lct__segment *sg = &e->segments[i];
@@ -191,8 +140,7 @@ static int lct__save_entry(lct__snapshot *sv, const lct__entry *e, const char *n
            lct__write_all(fd, sv->buf, n, &crc);
     }
   }
-  uint8_t trailer[4];
-  lct__put32(trailer, crc);
+  uint8_t trailer[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16), (uint8_t)(crc >> 24)};
   if (rc == 0)
     rc = lct__write_all(fd, trailer, 4, &crc);
   if (rc == 0)
@@ -345,144 +293,85 @@ int lct__persist_save(lct__server *srv, lct__persist_result *r) {
 
 /* ---- load ----------------------------------------------------------------- */
 
-typedef struct lct__reader {
-  FILE *f;
-  uint32_t crc;
-} lct__reader;
-
-static int lct__read(lct__reader *rd, void *p, size_t len) {
-  if (fread(p, 1, len, rd->f) != len)
-    return -1;
-  rd->crc = lct_crc32c(rd->crc, p, len);
-  return 0;
-}
-
-/* Reads and checks one snapshot file into a new entry. Returns 0, LCT_ECORRUPT,
- * LCT_E2BIG (segments above segment_size), the pool's LCT_ENOSPC /
- * LCT_ENOMEM, or LCT_EIO (the copy into the pool failed); why says which
- * check failed. */
-static int lct__load_file(lct__server *srv, FILE *f, uint64_t file_bytes, uint8_t *buf,
-                          lct__entry **out, const char **why) {
+/* Restores one parsed snapshot file into a new entry: LCT_E2BIG (segments
+ * above segment_size), the pool's LCT_ENOSPC / LCT_ENOMEM, or LCT_EIO (the
+ * copy into the pool failed); why says which. */
+static int lct__restore_file(lct__server *srv, const lct__snapshot_file *f, lct__entry **out, const char **why) {
+  /* A file whose first (largest) segment exceeds segment_size was saved
+   * under a larger one: intact, set aside. */
+  if (lct__snapshot_row_read(f, 0).raw_bytes > srv->cfg.segment_size) {
+    *why = "segment larger than segment_size (decoders hold one segment at a time)";
+    return LCT_E2BIG;
+  }
   const lct__backend *be = lct__pool_backend(srv->pool);
-  lct__reader rd = {f, 0};
-  uint8_t head[LCT__SNAP_HEADER];
-  *why = "truncated";
-  if (file_bytes < LCT__SNAP_HEADER + 4 || lct__read(&rd, head, sizeof head) != 0)
-    return LCT_ECORRUPT;
-  *why = "bad header";
-  uint32_t key_len = lct__get32(head + 8), dtype = lct__get32(head + 12), ndim = lct__get32(head + 16);
-  uint32_t n_seg = lct__get32(head + 20);
-  if (memcmp(head, LCT__SNAP_MAGIC, 4) != 0 || lct__get32(head + 4) != LCT__SNAP_VERSION ||
-      lct__get32(head + 108) != 0 || key_len == 0 || key_len > LCT_KEY_MAX || ndim > LCT_MAX_DIMS ||
-      n_seg == 0 || n_seg > (file_bytes - LCT__SNAP_HEADER) / LCT__SNAP_SEGMENT)
-    return LCT_ECORRUPT;
-  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
-  uint64_t shape[LCT_MAX_DIMS];
-  for (int i = 0; i < LCT_MAX_DIMS; i++)
-    shape[i] = lct__get64(head + 24 + 8 * i);
-  m.has_dtype = 1;
-  m.dtype = dtype;
-  m.n_shape = ndim;
-  m.shape = shape;
-  m.has_raw_bytes = 1;
-  m.raw_bytes = lct__get64(head + 88);
-  lct_put_decl decl;
-  char bad_decl[160];
-  if (lct_put_decl_from_meta(&m, &decl, bad_decl, sizeof bad_decl) != 0)
-    return LCT_ECORRUPT;
-  if ((uint64_t)LCT__SNAP_HEADER + key_len + (uint64_t)n_seg * LCT__SNAP_SEGMENT + 4 > file_bytes)
-    return LCT_ECORRUPT;
-  uint8_t key[LCT_KEY_MAX];
-  *why = "truncated";
-  if (lct__read(&rd, key, key_len) != 0)
-    return LCT_ECORRUPT;
-  *why = "bad key";
-  if (lct_wire_key_check(key, key_len) != 0)
-    return LCT_ECORRUPT;
   lct__entry *e;
   *why = "out of memory for its entry";
-  int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
+  int rc = lct__entry_new(srv->pool, f->key, f->key_len, f->n_segments, &e);
   if (rc != 0)
     return rc;
-  e->dtype = (int)dtype;
-  e->ndim = (int)ndim;
-  memcpy(e->shape, decl.shape, sizeof e->shape);
-  e->n_elems = decl.n_elems;
-  e->raw_bytes = decl.raw_bytes;
-  e->version = lct__get64(head + 96);
-  e->checksum = lct__get32(head + 104);
+  e->dtype = f->decl.dtype;
+  e->ndim = f->decl.ndim;
+  memcpy(e->shape, f->decl.shape, sizeof e->shape);
+  e->n_elems = f->decl.n_elems;
+  e->raw_bytes = f->decl.raw_bytes;
+  e->version = f->version;
+  e->checksum = f->checksum;
   e->persisted = 1;
-  *why = "version out of range";
-  if (e->version == 0 || e->version >= UINT64_C(1) << 63) { /* later versions count on from it */
-    rc = LCT_ECORRUPT;
-    goto fail;
+  if (f->has_codebook) {
+    e->has_codebook = 1;
+    e->codebook = f->codebook;
+    e->codebook_stale = f->codebook_stale;
+    e->codebook_id = ++srv->codebook_ids;
   }
-  /* Segments: contiguous, all of the first one's size but a shorter last
-   * one (what a ranged get relies on), blobs within the file. */
-  uint64_t raw_off = 0, blob_total = 0, width = lct_dtype_size((int)dtype);
-  uint64_t budget = file_bytes - LCT__SNAP_HEADER - key_len - (uint64_t)n_seg * LCT__SNAP_SEGMENT - 4;
-  rc = LCT_ECORRUPT;
-  for (uint32_t i = 0; i < n_seg; i++) {
-    uint8_t seg[LCT__SNAP_SEGMENT];
-    *why = "truncated";
-    if (lct__read(&rd, seg, sizeof seg) != 0)
-      goto fail;
+  const uint8_t *blob = f->blobs;
+  for (uint32_t i = 0; i < f->n_segments; i++) {
+    lct__snapshot_row r = lct__snapshot_row_read(f, i);
     lct__segment *sg = &e->segments[i];
-    sg->raw_offset = lct__get64(seg);
-    sg->raw_bytes = lct__get64(seg + 8);
-    uint64_t blob = lct__get64(seg + 16);
-    *why = "inconsistent segment table";
-    if (sg->raw_offset != raw_off || sg->raw_bytes > decl.raw_bytes - raw_off || sg->raw_bytes % width ||
-        (i > 0 && sg->raw_bytes > e->segments[0].raw_bytes) ||
-        (i > 0 && i + 1 < n_seg && sg->raw_bytes != e->segments[0].raw_bytes) ||
-        (i + 1 < n_seg && sg->raw_bytes == 0) || blob > budget - blob_total)
-      goto fail;
-    sg->blob_bytes = (size_t)blob;
-    raw_off += sg->raw_bytes;
-    blob_total += blob;
-  }
-  *why = "inconsistent segment table";
-  if (raw_off != decl.raw_bytes || blob_total != budget)
-    goto fail;
-  /* A consistent table whose first (largest) segment exceeds segment_size was
-   * saved under a larger one: intact, set aside. */
-  if (e->segments[0].raw_bytes > srv->cfg.segment_size) {
-    rc = LCT_E2BIG;
-    *why = "segment larger than segment_size (decoders hold one segment at a time)";
-    goto fail;
-  }
-  for (uint32_t i = 0; i < n_seg; i++) {
-    lct__segment *sg = &e->segments[i];
+    sg->raw_offset = r.raw_offset;
+    sg->raw_bytes = r.raw_bytes;
+    sg->blob_bytes = (size_t)r.blob_bytes;
     *why = "the pool has no room for it";
     if ((rc = lct__pool_alloc(srv->pool, sg->blob_bytes, &sg->blob)) != 0)
       goto fail;
     sg->alloc_bytes = sg->blob_bytes;
-    rc = LCT_ECORRUPT;
-    *why = "truncated";
-    for (size_t off = 0; off < sg->blob_bytes; off += LCT__SNAP_IO) {
-      size_t n = sg->blob_bytes - off < LCT__SNAP_IO ? sg->blob_bytes - off : LCT__SNAP_IO;
-      if (lct__read(&rd, buf, n) != 0)
-        goto fail;
-      if (be->ops->write(be->ctx, buf, n, (uint8_t *)sg->blob + off) != 0) {
-        rc = LCT_EIO;
-        *why = "cannot copy into the pool";
-        goto fail;
-      }
+    if (be->ops->write(be->ctx, blob, sg->blob_bytes, sg->blob) != 0) {
+      rc = LCT_EIO;
+      *why = "cannot copy into the pool";
+      goto fail;
     }
+    blob += sg->blob_bytes;
     e->stored_bytes += sg->blob_bytes;
   }
-  uint8_t trailer[4];
-  uint32_t crc = rd.crc;
-  *why = "truncated";
-  if (fread(trailer, 1, 4, f) != 4)
-    goto fail;
-  *why = "checksum mismatch";
-  if (lct__get32(trailer) != crc)
-    goto fail;
   *out = e;
   return 0;
 fail:
   lct__entry_unref(e);
+  return rc;
+}
+
+/* Loads one snapshot file, open as fd, of size bytes: LCT_ECORRUPT when its
+ * parse fails, else as lct__restore_file. The file is mapped, not read into
+ * a buffer its size: its blobs go from the page cache into the pool. */
+static int lct__load_file(lct__server *srv, int fd, uint64_t size, lct__entry **out, const char **why) {
+  if ((size_t)size != size) {
+    *why = "too large to map";
+    return LCT_E2BIG;
+  }
+  void *map = NULL; /* an empty file is not mapped: the parse rejects it unread */
+  if (size > 0 && (map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+    *why = strerror(errno);
+    return LCT_EIO;
+  }
+  if (map != NULL)
+    madvise(map, (size_t)size, MADV_SEQUENTIAL);
+  lct__snapshot_file *f = malloc(sizeof *f); /* a codebook: kilobytes */
+  int rc = LCT_ENOMEM;
+  *why = "out of memory";
+  if (f != NULL && (rc = lct__snapshot_parse(map, (size_t)size, f, why)) == 0)
+    rc = lct__restore_file(srv, f, out, why);
+  free(f);
+  if (map != NULL)
+    munmap(map, (size_t)size);
   return rc;
 }
 
@@ -503,16 +392,12 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
   int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int dfd = dir >= 0 ? dup(dir) : -1;
   DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-  uint8_t *buf = malloc(LCT__SNAP_IO);
-  if (d == NULL || buf == NULL) {
-    snprintf(err, errlen, "persist_dir: cannot read %s: %s", path, buf ? strerror(errno) : "out of memory");
-    if (d != NULL)
-      closedir(d);
-    else if (dfd >= 0)
+  if (d == NULL) {
+    snprintf(err, errlen, "persist_dir: cannot read %s: %s", path, strerror(errno));
+    if (dfd >= 0)
       close(dfd);
     if (dir >= 0)
       close(dir);
-    free(buf);
     return LCT_EIO;
   }
   uint64_t restored = 0, skipped = 0;
@@ -540,17 +425,10 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
       unlinkat(dir, name, 0);
       continue;
     }
-    FILE *f = fdopen(fd, "rb");
-    if (f == NULL) {
-      lct__log_error("persist: cannot read %s/%s: %s; skipped", path, name, strerror(errno));
-      close(fd);
-      skipped++;
-      continue;
-    }
     lct__entry *e = NULL;
     const char *why = "";
-    int rc = lct__load_file(srv, f, (uint64_t)sb.st_size, buf, &e, &why);
-    fclose(f);
+    int rc = lct__load_file(srv, fd, (uint64_t)sb.st_size, &e, &why);
+    close(fd);
     if (rc == LCT_ECORRUPT) {
       lct__log_error("persist: %s/%s is corrupt or partial (%s); skipped and renamed %s.corrupt", path,
                      name, why, name);
@@ -582,7 +460,6 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
   }
   closedir(d);
   close(dir);
-  free(buf);
   srv->stats.persist_restored = restored;
   srv->stats.persist_skipped = skipped;
   lct__log_info("persist: restored %" PRIu64 " tensors from %s%s", restored, path,

@@ -52,14 +52,15 @@ int lct__save_request(lct__server *srv, lct__save_cb cb, void *arg);
  * never called. */
 void lct__save_abandon(lct__server *srv);
 
-/* Restores every snapshot file of persist_dir into the store with its
- * version, checksum and coded bytes. A corrupt or truncated file is logged,
- * renamed NAME.corrupt and skipped; one that does not fit the pool, or was
- * saved with segments larger than segment_size, is renamed NAME.unloaded;
- * leftover temporary files of an interrupted save are removed. Anything at a
- * snapshot's name that is not a regular file (a symbolic link, FIFO,
- * directory) is logged, counted as skipped and left alone. Never fails for a
- * bad file; LCT_EIO only when the directory itself cannot be read or created. */
+/* Restores every snapshot file of persist_dir (server/snapshot_file.h) into
+ * the store with its version, checksum, codebook and coded bytes. A corrupt
+ * or truncated file is logged, renamed NAME.corrupt and skipped; one that
+ * does not fit the pool, or was saved with segments larger than
+ * segment_size, is renamed NAME.unloaded; leftover temporary files of an
+ * interrupted save are removed. Anything at a snapshot's name that is not a
+ * regular file (a symbolic link, FIFO, directory) is logged, counted as
+ * skipped and left alone. Never fails for a bad file; LCT_EIO only when the
+ * directory itself cannot be read or created. */
 int lct__persist_load(lct__server *srv, char *err, size_t errlen);
 
 #endif

@@ -1,4 +1,4 @@
-/* test_persist.c — persist_dir against a real lctd (cpu backend): entries that are not lctd's files are left alone. */
+/* test_persist.c — persist_dir against a real lctd (cpu backend): foreign entries left alone, codebooks across restarts, old snapshot files. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -240,4 +240,128 @@ Test(persist, directory_is_left_alone, .init = setup, .fini = teardown) {
   serves_and_persists(1);
   cr_assert_eq(kind_of(FOREIGN_NAME), S_IFDIR, "the directory keeps its name");
   cr_assert_eq(access(path, F_OK), 0, "and its contents");
+}
+
+/* ---- codebooks ------------------------------------------------------------------ */
+
+/* The bytes of a snapshot file after its header and key: codebook, segment
+ * table and blobs (the trailing CRC covers the header, which holds the version). */
+static uint8_t *coded_part(const char *name, size_t key_len, size_t *len) {
+  char path[256];
+  size_t n;
+  snprintf(path, sizeof path, "%s/%s", state_, name);
+  uint8_t *b = slurp(path, &n);
+  cr_assert_gt(n, 112 + key_len + 4);
+  *len = n - 112 - key_len - 4;
+  memmove(b, b + 112 + key_len, *len);
+  return b;
+}
+
+Test(persist, codebook_survives_restart, .init = setup, .fini = teardown) {
+  start(NULL);
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = 600000;
+  uint8_t *a = bf16_data(11, n);
+  lct_tensor_info first, again;
+  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, &first);
+  cr_assert_eq(test_stats(c).codebook_builds, 1);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  char name[64];
+  the_snapshot(name);
+  size_t len1, len2;
+  uint8_t *coded1 = coded_part(name, 1, &len1);
+
+  start(NULL);
+  c = test_connect(daemon_.ipc);
+  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, &again);
+  lct_server_stats st = test_stats(c);
+  cr_assert_eq(st.codebook_builds, 0, "the restored codebook is reused");
+  cr_assert_eq(st.codebook_rebuilds, 0);
+  cr_assert_eq(again.stored_bytes, first.stored_bytes);
+  cr_assert_eq(again.checksum, first.checksum);
+  cr_assert_gt(again.version, first.version);
+  get_equals(c, "m", a, n * 2);
+  save_ok(c);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  uint8_t *coded2 = coded_part(name, 1, &len2);
+  cr_assert(len1 == len2 && memcmp(coded1, coded2, len1) == 0, "the same codebook codes the same bytes");
+  free(coded1);
+  free(coded2);
+  free(a);
+}
+
+Test(persist, stale_codebook_survives_restart, .init = setup, .fini = teardown) {
+  start(NULL);
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = 200000;
+  uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n);
+  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
+  uint16_t *s = (uint16_t *)b; /* every exponent shifted: the codebook drifts */
+  for (size_t i = 0; i < n; i++) s[i] = (uint16_t)(s[i] - (0x40 << 7));
+  lct_tensor_info drifted, refit;
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+
+  start(NULL);
+  c = test_connect(daemon_.ipc);
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* counts its symbols: the codebook was stale */
+  lct_server_stats st = test_stats(c);
+  cr_assert_eq(st.codebook_builds, 0);
+  cr_assert_eq(st.codebook_rebuilds, 1, "the restored stale mark rebuilt the codebook");
+  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
+  cr_assert_lt(refit.stored_bytes, drifted.stored_bytes);
+  get_equals(c, "m", b, n * 2);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  free(a);
+  free(b);
+}
+
+/* tests/data/snapshot_v1: key "fixture/v1", bf16 [64, 128], saved by an lctd of
+ * snapshot format 1 (no codebook); its values follow this formula. */
+#define V1_NAME "fa6e93dc999fb7f615921690fc848553.lct"
+static void v1_values(uint16_t v[8192]) {
+  for (unsigned i = 0; i < 8192; i++)
+    v[i] = (uint16_t)((i % 3 == 0) << 15 | (0x78 + (i * 7) % 6) << 7 | ((i * 37 + (i >> 3)) & 0x7f));
+}
+
+Test(persist, format_1_file_loads, .init = setup, .fini = teardown) {
+  char from[512], to[256];
+  snprintf(from, sizeof from, "%s/snapshot_v1/%s", test_data_dir(), V1_NAME);
+  snprintf(to, sizeof to, "%s/%s", state_, V1_NAME);
+  size_t len;
+  uint8_t *file = slurp(from, &len);
+  FILE *f = fopen(to, "wb");
+  cr_assert(f != NULL && fwrite(file, 1, len, f) == len);
+  fclose(f);
+  free(file);
+  uint16_t v[8192];
+  v1_values(v);
+
+  start(NULL);
+  lct_client *c = test_connect(daemon_.ipc);
+  cr_assert_eq(skipped(c), 0);
+  get_equals(c, "fixture/v1", v, sizeof v);
+  lct_tensor_info info;
+  cr_assert_eq(lct_stat(c, "fixture/v1", &info), 0);
+  cr_assert_eq(info.dtype, LCT_DTYPE_BF16);
+  cr_assert(info.ndim == 2 && info.shape[0] == 64 && info.shape[1] == 128);
+  uint64_t shape[2] = {64, 128};
+  cr_assert_eq(lct_put(c, "fixture/v1", LCT_DTYPE_BF16, shape, 2, v, sizeof v, NULL), 0);
+  cr_assert_eq(test_stats(c).codebook_builds, 1, "a format 1 file holds no codebook");
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  file = slurp(to, &len);
+  cr_assert(len > 8 && file[4] == 2, "saved again in format 2");
+  free(file);
+
+  start(NULL);
+  c = test_connect(daemon_.ipc);
+  cr_assert_eq(lct_put(c, "fixture/v1", LCT_DTYPE_BF16, shape, 2, v, sizeof v, NULL), 0);
+  cr_assert_eq(test_stats(c).codebook_builds, 0);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
 }

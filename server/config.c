@@ -82,7 +82,11 @@ static const lct__cfg_def lct__cfg_table[] = {
     {"ipc_group", LCT__CFG_STR, LCT__OFF(ipc_group), 0, 255, "", NULL, 0, NULL,
      "group owning ipc sockets; empty: the daemon's group"},
     {"persist_dir", LCT__CFG_STR, LCT__OFF(persist_dir), 0, 4095, "", NULL, 0, "/var/lib/lct",
-     "directory where tensors are saved on shutdown and on the save op, and restored from at start; empty: none"},
+     "directory where tensors are saved on shutdown, every save_interval and on the save op, and restored from "
+     "at start; empty: none"},
+    {"save_interval", LCT__CFG_MS, LCT__OFF(save_interval_ms), 0, UINT64_C(86400000), "60s", NULL, 1, NULL,
+     "with persist_dir, how often the tensors changed since the last save are saved in the background "
+     "(at least 1s); 0: only at stop and on the save op"},
     {"drain_timeout", LCT__CFG_MS, LCT__OFF(drain_timeout_ms), 100, UINT64_C(3600000), "10s", NULL, 0,
      NULL, "on SIGTERM or SIGINT, how long in-flight requests may take before lctd exits anyway"},
 };
@@ -414,6 +418,10 @@ int lct__config_check(const lct__config *cfg, char *err, size_t errlen) {
   if (cfg->memory != 0 && cfg->memory < (1 << 20))
     return lct__cfg_err(err, errlen, "memory: '%" PRIu64 "' is not allowed: expected 0 (automatic) or at least 1M",
                         cfg->memory);
+  if (cfg->save_interval_ms != 0 && cfg->save_interval_ms < 1000)
+    return lct__cfg_err(err, errlen,
+                        "save_interval: '%" PRIu64 "ms' is not allowed: expected 0 (off) or at least 1s",
+                        cfg->save_interval_ms);
   if (cfg->n_listen == 0)
     return lct__cfg_err(err, errlen, "listen: no endpoint: expected tcp://HOST:PORT or ipc:///PATH");
   if (*cfg->ipc_group != '\0' && getgrnam(cfg->ipc_group) == NULL)

@@ -33,6 +33,7 @@ typedef struct lct__config {
   uint64_t max_tensor_size;      /* largest raw tensor a put accepts; 0: no limit */
   uint64_t drain_timeout_ms;     /* how long a stop waits for in-flight requests */
   char *persist_dir;             /* directory of tensor snapshots; "": no persistence */
+  uint64_t save_interval_ms;     /* periodic saves to persist_dir; 0: none */
   int listen_source;             /* internal: which source last set listen */
 } lct__config;
 

@@ -76,6 +76,7 @@ static void lct__on_signal(uv_signal_t *h, int signum) {
   uv_close((uv_handle_t *)&m->sigint, NULL);
   uv_close((uv_handle_t *)&m->sigterm, NULL);
   uv_close((uv_handle_t *)&m->sighup, NULL);
+  lct__autosave_close(&m->srv);
   /* The timer bounds the drain without keeping the loop alive by itself. */
   uv_timer_start(&m->drain, lct__drain_expired, m->srv.cfg.drain_timeout_ms, 0);
   uv_unref((uv_handle_t *)&m->drain);
@@ -101,6 +102,7 @@ static void lct__on_reload(uv_signal_t *h, int signum) {
     /* The more verbose of the two levels while the changes are logged. */
     lct__log_set_level(fresh.log_level > srv->cfg.log_level ? fresh.log_level : srv->cfg.log_level);
     int n = lct__config_reload(&srv->cfg, &fresh);
+    lct__autosave_update(srv);
     if (auth.len != srv->auth.len || memcmp(auth.token, srv->auth.token, auth.len) != 0)
       lct__log_info("reload: auth token replaced");
     srv->auth = auth;
@@ -300,6 +302,10 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (lct__open_state(srv, err, sizeof err) != 0 || lct__open_endpoints(&m, err, sizeof err) != 0)
     return 1;
+  if (*srv->cfg.persist_dir != '\0' && lct__autosave_open(srv) != 0) {
+    fprintf(stderr, "lctd: out of memory\n");
+    return 1;
+  }
   lct__announce(&m);
   uv_run(srv->loop, UV_RUN_DEFAULT);
   return lct__close(&m);

@@ -517,8 +517,10 @@ static void lct__save_end(uv_handle_t *h) {
   lct__server *srv = job->srv;
   lct__persist_result r;
   int rc = lct__persist_end(srv, job->snap, &r);
-  lct__log_info("save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed%s", r.written,
-                r.written_bytes, r.removed, rc != 0 ? "; some could not be written" : "");
+  /* Periodic saves that find nothing changed stay out of the log. */
+  lct__log(rc != 0 || r.written > 0 || r.removed > 0 ? LCT__LOG_INFO : LCT__LOG_DEBUG,
+           "save: %" PRIu64 " tensors written (%" PRIu64 " bytes), %" PRIu64 " removed%s", r.written, r.written_bytes,
+           r.removed, rc != 0 ? "; some could not be written" : "");
   lct__waiters_call(&job->answers, rc, &r); /* a save asked for meanwhile waits for the next */
   free(job);
   lct__saves *saves = srv->saves;
@@ -602,4 +604,57 @@ void lct__save_abandon(lct__server *srv) {
   lct__persist_end(srv, job->snap, &r);
   job->snap = NULL;
   srv->saves->running = NULL; /* the job and its handle go with the process, which exits next */
+}
+
+/* ---- periodic saves ----------------------------------------------------------- */
+
+struct lct__autosave {
+  uv_timer_t timer;
+  uint64_t interval_ms; /* the timer's, to tell a reload's change */
+};
+
+/* The save logs its outcome and counts a failure itself. */
+static void lct__autosave_done(void *arg, int rc, const lct__persist_result *r) {}
+
+static void lct__autosave_tick(uv_timer_t *t) {
+  lct__server *srv = t->data;
+  if (srv->saves != NULL)
+    return; /* one under way, from SAVE or the last tick, may predate changes: the next tick has them */
+  if (lct__save_request(srv, lct__autosave_done, NULL) != 0)
+    lct__log_error("persist: cannot start a periodic save: out of memory");
+}
+
+int lct__autosave_open(lct__server *srv) {
+  lct__autosave *a = calloc(1, sizeof *a);
+  if (a == NULL)
+    return LCT_ENOMEM;
+  uv_timer_init(srv->loop, &a->timer);
+  a->timer.data = srv;
+  srv->autosave = a;
+  lct__autosave_update(srv);
+  return 0;
+}
+
+void lct__autosave_update(lct__server *srv) {
+  lct__autosave *a = srv->autosave;
+  uint64_t ms = srv->cfg.save_interval_ms;
+  if (a == NULL || ms == a->interval_ms) /* open leaves it 0, the timer stopped */
+    return;
+  a->interval_ms = ms;
+  if (ms == 0) {
+    uv_timer_stop(&a->timer);
+    lct__log_info("persist: periodic saves off");
+    return;
+  }
+  uv_timer_start(&a->timer, lct__autosave_tick, ms, ms);
+  lct__log_info("persist: saving changed tensors to %s every %" PRIu64 " ms", srv->cfg.persist_dir, ms);
+}
+
+static void lct__autosave_closed(uv_handle_t *h) { free(h); }
+
+void lct__autosave_close(lct__server *srv) {
+  if (srv->autosave == NULL)
+    return;
+  uv_close((uv_handle_t *)&srv->autosave->timer, lct__autosave_closed); /* the timer is the struct's first member */
+  srv->autosave = NULL;
 }

@@ -47,6 +47,14 @@ typedef void (*lct__save_cb)(void *arg, int rc, const lct__persist_result *r);
  * the request cannot be queued. Loop thread. */
 int lct__save_request(lct__server *srv, lct__save_cb cb, void *arg);
 
+/* Periodic saves: every save_interval (0: none), the save lct__save_request
+ * makes, unless one is under way (the next tick saves what it would have).
+ * open once the tensors are restored; update after a reload, to take a new
+ * interval; close at stop. Loop thread. */
+int lct__autosave_open(lct__server *srv);
+void lct__autosave_update(lct__server *srv);
+void lct__autosave_close(lct__server *srv);
+
 /* At a stop that cannot wait: lets a save being written finish, so that the
  * final save does not collide with it; its callbacks and the queued ones are
  * never called. */

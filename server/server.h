@@ -17,6 +17,7 @@ typedef struct lct__staging lct__staging;     /* staging.h */
 typedef struct lct__transport lct__transport; /* transport.h */
 typedef struct lct__workers lct__workers;     /* workers.h */
 typedef struct lct__saves lct__saves;         /* persist.h */
+typedef struct lct__autosave lct__autosave;   /* persist.h */
 
 typedef struct lct__server {
   uv_loop_t *loop;
@@ -32,6 +33,7 @@ typedef struct lct__server {
   int threads;            /* codec workers */
   lct__workers *workers;  /* the codec workers (the backend keeps state for each) */
   lct__saves *saves;      /* saves to persist_dir under way and queued */
+  lct__autosave *autosave; /* the periodic saves' timer; NULL without persist_dir */
   uint64_t codebook_ids;  /* the last lct__entry.codebook_id given */
 } lct__server;
 

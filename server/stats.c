@@ -221,8 +221,8 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   lct__metric(&b, "config_reload_failures_total", "counter",
               "Configuration reloads (SIGHUP) refused because the new configuration was invalid.",
               st->reload_failures);
-  lct__metric(&b, "snapshot_saves_total", "counter", "Snapshot saves to persist_dir (save op and shutdown).",
-              st->persist_saves);
+  lct__metric(&b, "snapshot_saves_total", "counter",
+              "Snapshot saves to persist_dir (save op, save_interval, shutdown).", st->persist_saves);
   lct__metric(&b, "snapshot_tensors_written_total", "counter", "Tensor files written by snapshot saves.",
               st->persist_written);
   lct__metric(&b, "snapshot_failures_total", "counter",

@@ -56,7 +56,7 @@ typedef struct lct__stats {
   uint64_t clients;           /* connections open on the nanomsg endpoints */
   uint64_t reloads;           /* SIGHUP reloads that succeeded */
   uint64_t reload_failures;   /* SIGHUP reloads refused (bad configuration) */
-  uint64_t persist_saves;     /* snapshot saves to persist_dir (save op, shutdown) */
+  uint64_t persist_saves;     /* snapshot saves to persist_dir (save op, save_interval, shutdown) */
   uint64_t persist_written;   /* tensor files written by them */
   uint64_t persist_failures;  /* tensors or directories a save could not write */
   uint64_t persist_restored;  /* tensors restored from persist_dir at start */

@@ -87,6 +87,22 @@ Test(config, set_and_bounds) {
   lct__config_free(&c);
 }
 
+Test(config, save_interval) {
+  lct__config c;
+  lct__config_init(&c);
+  char err[256];
+  cr_assert_eq(c.save_interval_ms, 60000, "periodic saves by default wherever persist_dir is set");
+  cr_assert_eq(lct__config_set(&c, "save_interval", "500ms", 2, err, sizeof err), 0);
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), LCT_ECONFIG, "saves back to back");
+  cr_assert(strstr(err, "save_interval: '500ms' is not allowed: expected 0 (off) or at least 1s"), "%s", err);
+  cr_assert_eq(lct__config_set(&c, "save_interval", "0", 2, err, sizeof err), 0);
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), 0);
+  cr_assert_eq(lct__config_set(&c, "save-interval", "1s", 2, err, sizeof err), 0);
+  cr_assert_eq(c.save_interval_ms, 1000);
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), 0);
+  lct__config_free(&c);
+}
+
 static const char *write_tmp(const char *text) { return test_write_tmp("config", text, strlen(text)); }
 
 Test(config, file_and_flags) {

@@ -1,4 +1,4 @@
-/* test_persist.c — persist_dir against a real lctd (cpu backend): foreign entries left alone, codebooks across restarts, old snapshot files. */
+/* test_persist.c — persist_dir against a real lctd (cpu backend): foreign entries left alone, periodic saves across SIGKILL, codebooks across restarts, old snapshot files. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -47,6 +47,12 @@ static void start(const char *const *extra) {
   for (int i = 0; extra && extra[i] && n < 15; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   test_lctd_start(&daemon_, argv);
+}
+
+static void crash(void) {
+  cr_assert_eq(kill(daemon_.pid, SIGKILL), 0);
+  cr_assert_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
 }
 
 /* Seeded bf16-like data: a handful of exponents, random mantissas. */
@@ -240,6 +246,79 @@ Test(persist, directory_is_left_alone, .init = setup, .fini = teardown) {
   serves_and_persists(1);
   cr_assert_eq(kind_of(FOREIGN_NAME), S_IFDIR, "the directory keeps its name");
   cr_assert_eq(access(path, F_OK), 0, "and its contents");
+}
+
+/* ---- periodic saves ---------------------------------------------------------- */
+
+Test(persist, save_interval_bounds_what_sigkill_loses, .init = setup, .fini = teardown) {
+  const char *extra[] = {"--save-interval", "1s", NULL};
+  start(extra);
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = 300000;
+  uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n), *b2 = bf16_data(3, n);
+  put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
+  put_ok(c, "b", LCT_DTYPE_BF16, b, n * 2, NULL);
+  put_ok(c, "gone", LCT_DTYPE_RAW, "deleted later", 13, NULL);
+  test_sleep_ms(2500); /* one interval, a save, and margin */
+  put_ok(c, "b", LCT_DTYPE_BF16, b2, n * 2, NULL); /* the next save writes only what changed */
+  put_ok(c, "c", LCT_DTYPE_RAW, "new", 3, NULL);
+  cr_assert_eq(lct_delete(c, "gone"), 0);
+  lct_tensor_info before;
+  cr_assert_eq(lct_stat(c, "b", &before), 0);
+  test_sleep_ms(2500);
+  lct_close(c);
+  crash();
+
+  start(extra);
+  c = test_connect(daemon_.ipc);
+  get_equals(c, "a", a, n * 2);
+  get_equals(c, "b", b2, n * 2);
+  get_equals(c, "c", "new", 3);
+  get_missing(c, "gone");
+  lct_tensor_info after;
+  cr_assert_eq(lct_stat(c, "b", &after), 0);
+  cr_assert_eq(after.version, before.version);
+  cr_assert_eq(after.checksum, before.checksum);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
+  free(a);
+  free(b);
+  free(b2);
+}
+
+Test(persist, save_interval_reloads_on_sighup, .init = setup, .fini = teardown) {
+  char conf[256];
+  snprintf(conf, sizeof conf, "%s/lctd.conf", tmp_);
+  FILE *f = fopen(conf, "w");
+  cr_assert(f != NULL);
+  fputs("save_interval 0\n", f); /* off: only stops and SAVE write */
+  fclose(f);
+  const char *extra[] = {"--config", conf, NULL};
+  start(extra);
+  lct_client *c = test_connect(daemon_.ipc);
+  put_ok(c, "lost", LCT_DTYPE_RAW, "never saved", 11, NULL);
+  test_sleep_ms(1500);
+  lct_close(c);
+  crash();
+
+  start(extra);
+  c = test_connect(daemon_.ipc);
+  get_missing(c, "lost");
+  put_ok(c, "kept", LCT_DTYPE_RAW, "saved by the timer", 18, NULL);
+  f = fopen(conf, "w");
+  cr_assert(f != NULL);
+  fputs("save_interval 1s\n", f);
+  fclose(f);
+  cr_assert_eq(kill(daemon_.pid, SIGHUP), 0);
+  test_sleep_ms(2500);
+  lct_close(c);
+  crash();
+
+  start(extra);
+  c = test_connect(daemon_.ipc);
+  get_equals(c, "kept", "saved by the timer", 18);
+  lct_close(c);
+  test_lctd_stop(&daemon_);
 }
 
 /* ---- codebooks ------------------------------------------------------------------ */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_parse.h"
 #include "log.h"
 #include "stats.h"
 
@@ -85,23 +86,21 @@ static void lct__http_text(lct__http_conn *c, const char *status, const char *te
 
 /* Answers once the request head is complete: GET of /metrics or /healthz. */
 static void lct__http_request(lct__http_conn *c) {
-  char method[8], path[256], version[16];
-  if (sscanf(c->buf, "%7s %255s %15s", method, path, version) != 3 || strncmp(version, "HTTP/1.", 7) != 0 ||
-      strcspn(c->buf, "\r\n") > strlen(method) + strlen(path) + strlen(version) + 2) {
+  switch (lct__http_route_of(c->buf)) {
+  case LCT__HTTP_BAD:
     lct__http_text(c, "400 Bad Request", "bad request\n");
     return;
-  }
-  if (strcmp(method, "GET") != 0) {
+  case LCT__HTTP_METHOD:
     lct__http_text(c, "405 Method Not Allowed", "only GET\n");
     return;
-  }
-  if (strcmp(path, "/healthz") == 0) {
+  case LCT__HTTP_HEALTHZ:
     lct__http_text(c, "200 OK", "ok\n");
     return;
-  }
-  if (strcmp(path, "/metrics") != 0) {
+  case LCT__HTTP_NOT_FOUND:
     lct__http_text(c, "404 Not Found", "lctd serves /metrics and /healthz\n");
     return;
+  case LCT__HTTP_METRICS:
+    break;
   }
   size_t len;
   char *text = lct__server_stats_text(c->http->srv, &len);
@@ -126,7 +125,7 @@ static void lct__http_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   c->have += (size_t)n;
   c->buf[c->have] = '\0';
-  if (strstr(c->buf, "\r\n\r\n") != NULL || strstr(c->buf, "\n\n") != NULL)
+  if (lct__http_head_complete(c->buf))
     lct__http_request(c);
   else if (c->have == sizeof c->buf - 1)
     lct__http_text(c, "431 Request Header Fields Too Large", "request too large\n");

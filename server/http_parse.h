@@ -1,0 +1,22 @@
+/* http_parse.h — the stats endpoint's request parser: whether a request head is whole, and what it asks for. */
+#ifndef LCT_SERVER_HTTP_PARSE_H
+#define LCT_SERVER_HTTP_PARSE_H
+
+/* What a request head asks for, and so the answer. */
+typedef enum {
+  LCT__HTTP_BAD,       /* 400: not METHOD PATH HTTP/1.x */
+  LCT__HTTP_METHOD,    /* 405: not GET */
+  LCT__HTTP_NOT_FOUND, /* 404: another path */
+  LCT__HTTP_HEALTHZ,   /* GET /healthz */
+  LCT__HTTP_METRICS,   /* GET /metrics */
+} lct__http_route;
+
+/* Whether the bytes received so far (NUL-terminated) hold a whole request
+ * head: an empty line ends it. */
+int lct__http_head_complete(const char *received);
+
+/* The route of a whole request head (NUL-terminated) by its request line
+ * alone: METHOD PATH HTTP/1.x, one blank between them. */
+lct__http_route lct__http_route_of(const char *head);
+
+#endif

@@ -26,19 +26,33 @@ LCT_API const char *lct_version_string(void);
 
 /* A connection to one lctd. Not thread-safe: use one client per thread.
  * Every function returns 0 or a negative LCT_E* code; lct_strerror() names
- * it and lct_last_error() gives the detail (often the server's words). */
+ * it and lct_last_error() gives the detail (often the server's words).
+ *
+ * A lost lctd: liblct never sends a request twice. A call whose connection
+ * to lctd breaks while its request is in flight (lctd killed, say) fails
+ * within about 2 s, whatever its timeout: LCT_ERESTARTED when another lctd
+ * answers on the endpoint by then, else LCT_ECONN; the request may or may not
+ * have run. A call that finds no connection to lctd for 1.5 s fails with
+ * LCT_ECONN, unsent. Every reply names the lctd instance that sent it: the
+ * first call answered by another instance than the last reply's (a restarted
+ * lctd, which holds only what it restored) fails with LCT_ERESTARTED, unsent
+ * when liblct saw the connection break first; the next call goes ahead. An
+ * lctd that is alive but stopped or hung keeps its connections: the timeout
+ * bounds the wait for it. */
 typedef struct lct_client lct_client;
 
 typedef struct lct_options {
   size_t size;            /* sizeof(lct_options) as its user was compiled: set by lct_options_init */
   const char *endpoint;   /* NULL: $LCT_ENDPOINT, else LCT_DEFAULT_ENDPOINT; "tcp://host:port" or "ipc:///path" */
-  int timeout_ms;         /* per request; 0: 30000; negative: wait forever */
+  int timeout_ms;         /* per request; 0: 30000; negative: wait forever (a lost lctd still ends a call) */
   int connect_timeout_ms; /* for the ping lct_connect sends; 0: 5000 */
   size_t frame_bytes;     /* payload bytes per message; 0: 16 MiB. Lowered to the server's
                              limit; tensors larger than a frame travel in several */
   const char *auth_token_file; /* NULL: $LCT_AUTH_TOKEN_FILE, else none. A file whose first line is
                              the token a server with auth_token_file requires on tcp endpoints;
                              unreadable or malformed: lct_connect fails with LCT_EACCES */
+  int save_timeout_ms;    /* for lct_save, which takes as long as lctd's disk needs; 0 or negative: no
+                             limit (the default: a lost lctd still ends it) */
 } lct_options;
 
 /* Sets every field to its default (0 or NULL, as each says) and o->size.
@@ -241,7 +255,8 @@ LCT_API const char *lct_stats_field_name(size_t i);
 /* Asks the server to write its tensors to its persist_dir now (those changed
  * since the last save; the files of deleted keys are removed). written, if not
  * NULL, receives the number of tensor files written. LCT_ECONFIG when the
- * server has no persist_dir, LCT_EIO when some could not be written. */
+ * server has no persist_dir, LCT_EIO when some could not be written. It waits
+ * save_timeout_ms (lct_options), not timeout_ms: no limit by default. */
 LCT_API int lct_save(lct_client *c, uint64_t *written);
 
 typedef struct lct_server_info {
@@ -249,6 +264,8 @@ typedef struct lct_server_info {
   char backend[16];    /* "cpu" or "cuda" */
   int protocol;        /* wire protocol version */
   uint64_t frame_bytes; /* the server's frame limit */
+  uint64_t instance;   /* this run of lctd: random, drawn at its start; another after a restart
+                          (0 from an lctd too old to say). Fields are only appended. */
 } lct_server_info;
 
 /* One round trip; info may be NULL. */

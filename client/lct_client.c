@@ -1,7 +1,6 @@
 /* lct_client.c — liblct's core: the connection, a request's round trip, put/get in bounded frames, the other ops. */
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <nanomsg/tcp.h>
@@ -9,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lct_checksum.h"
 #include "lct_client_internal.h"
@@ -16,6 +16,8 @@
 
 #define LCT__TIMEOUT_DEFAULT 30000
 #define LCT__CONNECT_TIMEOUT_DEFAULT 5000
+#define LCT__SLICE_MS 100 /* a wait's slice: how often it checks that the connection to lctd stands */
+#define LCT__GRACE_MS 1500 /* how long a call waits for a connection to lctd, or a broken one to come back */
 #define LCT__STALE_RETRIES 3 /* whole-tensor restarts when a ranged read sees a newer version */
 #define LCT__SOCKET_BUFFER (1 << 20) /* NN_SNDBUF / NN_RCVBUF: 128 KiB slows tcp several-fold */
 
@@ -40,10 +42,115 @@ int lct__fail(lct_client *c, int rc, const char *fmt, ...) {
   return rc;
 }
 
-int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen,
-                     lct__reply *out) {
-  memset(out, 0, sizeof *out);
-  c->failed_item = SIZE_MAX;
+/* ---- a request's round trip ---------------------------------------------- */
+
+static uint64_t lct__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Connections to lctd that broke since the socket was opened. */
+static uint64_t lct__breaks(const lct_client *c) { return nn_get_statistic(c->sock, NN_STAT_BROKEN_CONNECTIONS); }
+
+static int lct__connected(const lct_client *c) {
+  return nn_get_statistic(c->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
+}
+
+/* The request id a reply carries back in its SP header; 0 (never sent) for none. */
+static uint32_t lct__reply_id(const struct nn_msghdr *mh) {
+  const struct nn_cmsghdr *cm = NN_CMSG_FIRSTHDR(mh);
+  size_t spsz;
+  if (cm == NULL || cm->cmsg_level != PROTO_SP || cm->cmsg_type != SP_HDR ||
+      cm->cmsg_len < NN_CMSG_LEN(sizeof spsz + 4))
+    return 0;
+  const uint8_t *p = NN_CMSG_DATA(cm);
+  memcpy(&spsz, p, sizeof spsz);
+  p += sizeof spsz;
+  return spsz == 4 ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3] : 0;
+}
+
+/* Sends one message and waits for its reply, in slices of LCT__SLICE_MS so
+ * that a broken connection ends the wait. The socket is raw: nothing is ever
+ * sent again behind the caller's back, and a reply is matched to its request
+ * by the id in its SP header (a late one to an earlier request is dropped).
+ * 0 with *msg and *len; LCT_ETIMEDOUT after timeout_ms (< 0: none); LCT_ECONN
+ * with *lost 0 when no connection stood for grace_ms so nothing was sent, 1
+ * when the connection it went out on broke. Sets c->err. */
+static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int timeout_ms, int *lost, void **msg,
+                         int *len) {
+  uint64_t start = lct__now_ms(), up = start;
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms;
+  uint32_t id = ++c->request_id | 0x80000000u; /* the top bit ends an SP backtrace */
+  union {
+    struct nn_cmsghdr h;
+    uint8_t bytes[NN_CMSG_SPACE(sizeof(size_t) + 4)];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  ctl.h.cmsg_len = NN_CMSG_LEN(sizeof(size_t) + 4);
+  ctl.h.cmsg_level = PROTO_SP;
+  ctl.h.cmsg_type = SP_HDR;
+  size_t spsz = 4;
+  uint8_t *p = NN_CMSG_DATA(&ctl.h);
+  memcpy(p, &spsz, sizeof spsz);
+  p += sizeof spsz;
+  p[0] = (uint8_t)(id >> 24), p[1] = (uint8_t)(id >> 16), p[2] = (uint8_t)(id >> 8), p[3] = (uint8_t)id;
+  struct nn_msghdr mh = {.msg_iov = iov, .msg_iovlen = niov, .msg_control = &ctl, .msg_controllen = sizeof ctl};
+  *lost = 0;
+  /* Counted before the send: a break after it is this request's loss. */
+  uint64_t breaks = lct__breaks(c);
+  for (;;) {
+    if (nn_sendmsg(c->sock, &mh, 0) >= 0)
+      break;
+    int e = nn_errno();
+    if (e == EINTR)
+      continue;
+    if (e != ETIMEDOUT)
+      return lct__fail(c, LCT_ECONN, "send: %s", nn_strerror(e));
+    uint64_t now = lct__now_ms();
+    if (lct__connected(c))
+      up = now;
+    else if (now - up >= (uint64_t)c->grace_ms || now >= deadline)
+      return lct__fail(c, LCT_ECONN, "no connection to lctd within %llu ms; the request was not sent",
+                       (unsigned long long)(now - start));
+    if (now >= deadline)
+      return lct__fail(c, LCT_ETIMEDOUT, "the request could not be sent within %d ms", timeout_ms);
+  }
+  for (;;) {
+    void *m = NULL;
+    union {
+      struct nn_cmsghdr h;
+      uint8_t bytes[NN_CMSG_SPACE(sizeof(size_t) + 64)];
+    } rctl;
+    memset(&rctl, 0, sizeof rctl);
+    struct nn_iovec riov = {&m, NN_MSG};
+    struct nn_msghdr rmh = {.msg_iov = &riov, .msg_iovlen = 1, .msg_control = &rctl, .msg_controllen = sizeof rctl};
+    int n = nn_recvmsg(c->sock, &rmh, 0);
+    if (n >= 0) {
+      if (lct__reply_id(&rmh) == id) {
+        *msg = m;
+        *len = n;
+        return 0;
+      }
+      nn_freemsg(m);
+      continue;
+    }
+    int e = nn_errno();
+    if (e == EINTR)
+      continue;
+    if (e != ETIMEDOUT)
+      return lct__fail(c, LCT_ECONN, "receive: %s", nn_strerror(e));
+    if (lct__breaks(c) != breaks) {
+      *lost = 1;
+      return lct__fail(c, LCT_ECONN, "the connection to lctd broke while the request was in flight");
+    }
+    if (lct__now_ms() >= deadline)
+      return lct__fail(c, LCT_ETIMEDOUT, "no reply within %d ms", timeout_ms);
+  }
+}
+
+/* Packs the frame prefix and rq's header into c->hdr; its length in *len. */
+static int lct__pack(lct_client *c, Lctpb__Request *rq, size_t plen, size_t *len) {
   rq->payload_bytes = plen;
   if (c->token_len > 0) {
     rq->has_auth_token = 1;
@@ -63,30 +170,88 @@ int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t ple
   }
   lct_wire_prefix(c->hdr, hlen);
   lctpb__request__pack(rq, c->hdr + LCT_WIRE_PREFIX_BYTES);
+  *len = LCT_WIRE_PREFIX_BYTES + hlen;
+  return 0;
+}
 
-  struct nn_iovec iov[2] = {{c->hdr, LCT_WIRE_PREFIX_BYTES + hlen}, {(void *)payload, plen}};
-  struct nn_msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = iov;
-  mh.msg_iovlen = plen > 0 ? 2 : 1;
-  int rc;
-  while ((rc = nn_sendmsg(c->sock, &mh, 0)) < 0 && nn_errno() == EINTR)
-    ;
-  if (rc < 0) {
-    int e = nn_errno();
-    return lct__fail(c, e == ETIMEDOUT ? LCT_ETIMEDOUT : LCT_ECONN, "send: %s", nn_strerror(e));
-  }
-  void *msg = NULL;
-  int len;
-  while ((len = nn_recv(c->sock, &msg, NN_MSG, 0)) < 0 && nn_errno() == EINTR)
-    ;
-  if (len < 0) {
-    int e = nn_errno();
-    return lct__fail(c, e == ETIMEDOUT ? LCT_ETIMEDOUT : LCT_ECONN, "no reply: %s",
-                     nn_strerror(e));
-  }
+/* Whether the lctd answering now is the one of the last reply, asked with a
+ * PING once the connection to it broke, within grace_ms (and timeout_ms).
+ * 0: the same; LCT_ERESTARTED: another, whose id c->instance becomes (*was:
+ * the old one's); LCT_ECONN: none answered. Leaves c->err to the caller. */
+static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_PING;
+  size_t len;
+  int rc = lct__pack(c, &rq, 0, &len);
+  if (rc != 0)
+    return rc;
+  struct nn_iovec iov = {c->hdr, len};
+  uint64_t breaks = lct__breaks(c);
+  int lost, n;
+  void *msg;
+  if (lct__exchange(c, &iov, 1, timeout_ms >= 0 && timeout_ms < c->grace_ms ? timeout_ms : c->grace_ms, &lost,
+                    &msg, &n) != 0)
+    return LCT_ECONN;
   lct_wire_frame f;
-  rc = lct_wire_split(msg, (size_t)len, &f);
+  Lctpb__Reply *hdr;
+  rc = lct_wire_split(msg, (size_t)n, &f);
+  if (rc == 0)
+    rc = lct_wire_reply_parse(&f, &hdr);
+  nn_freemsg(msg);
+  if (rc != 0)
+    return LCT_ECONN;
+  uint64_t instance = hdr->has_instance ? hdr->instance : 0;
+  lctpb__reply__free_unpacked(hdr, NULL);
+  c->breaks_seen = breaks;
+  *was = c->instance;
+  if (instance == 0 || instance == c->instance)
+    return 0;
+  c->instance = instance;
+  return LCT_ERESTARTED;
+}
+
+/* lct__call with a timeout of its own. */
+static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, int timeout_ms,
+                            lct__reply *out) {
+  memset(out, 0, sizeof *out);
+  c->failed_item = SIZE_MAX;
+  uint64_t was;
+  int rc;
+  /* The connection to lctd broke since its last reply: ask who answers now
+   * before a request goes to an lctd that lost what the caller stored. */
+  if (c->instance != 0 && lct__breaks(c) != c->breaks_seen && (rc = lct__probe(c, timeout_ms, &was)) != 0) {
+    if (rc == LCT_ERESTARTED)
+      return lct__fail(c, rc,
+                       "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 "): this request was not "
+                       "sent; what the old one held and had not saved is gone",
+                       c->instance, was);
+    if (rc == LCT_ECONN)
+      lct__fail(c, rc, "the connection to lctd broke and none answered within %d ms; this request was not sent",
+                c->grace_ms);
+    return rc;
+  }
+  size_t len;
+  if ((rc = lct__pack(c, rq, plen, &len)) != 0)
+    return rc;
+  struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
+  uint64_t breaks = lct__breaks(c);
+  int lost, n;
+  void *msg;
+  rc = lct__exchange(c, iov, plen > 0 ? 2 : 1, timeout_ms, &lost, &msg, &n);
+  if (rc != 0 && lost) {
+    int probe = lct__probe(c, -1, &was);
+    if (probe == LCT_ERESTARTED)
+      return lct__fail(c, probe,
+                       "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 ") while this request was in "
+                       "flight: it may or may not have run on the old one, and was not sent again",
+                       c->instance, was);
+    return lct__fail(c, rc, "the connection to lctd broke while this request was in flight: it may or may not have run%s",
+                     probe == 0 ? ", and was not sent again" : "; lctd has not answered since");
+  }
+  if (rc != 0)
+    return rc;
+  lct_wire_frame f;
+  rc = lct_wire_split(msg, (size_t)n, &f);
   if (rc == 0)
     rc = lct_wire_reply_parse(&f, &out->hdr);
   if (rc != 0) {
@@ -96,6 +261,18 @@ int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t ple
   out->msg = msg;
   out->payload = f.payload;
   out->payload_len = f.payload_len;
+  c->breaks_seen = breaks;
+  if (out->hdr->has_instance && out->hdr->instance != c->instance) {
+    was = c->instance;
+    c->instance = out->hdr->instance;
+    if (was != 0) {
+      lct__reply_free(out);
+      return lct__fail(c, LCT_ERESTARTED,
+                       "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 "): this request ran on the "
+                       "new one; what the old one held and had not saved is gone",
+                       c->instance, was);
+    }
+  }
   uint32_t status = out->hdr->status;
   if (status == 0) {
     c->err[0] = '\0';
@@ -106,6 +283,10 @@ int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t ple
   lct__fail(c, rc, "%s", out->hdr->message != NULL ? out->hdr->message : lct_strerror(rc));
   lct__reply_free(out);
   return rc;
+}
+
+int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, lct__reply *out) {
+  return lct__call_within(c, rq, payload, plen, c->timeout_ms, out);
 }
 
 static int lct__key(lct_client *c, const char *key, Lctpb__Request *rq) {
@@ -165,6 +346,7 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   int timeout = o.timeout_ms == 0 ? LCT__TIMEOUT_DEFAULT : o.timeout_ms < 0 ? -1 : o.timeout_ms;
   int connect_timeout =
       o.connect_timeout_ms > 0 ? o.connect_timeout_ms : LCT__CONNECT_TIMEOUT_DEFAULT;
+  int save_timeout = o.save_timeout_ms > 0 ? o.save_timeout_ms : -1;
   size_t frame = o.frame_bytes == 0 ? LCT_FRAME_DEFAULT : o.frame_bytes;
   if (frame < LCT_FRAME_MIN || frame > LCT_FRAME_MAX)
     return LCT_EINVAL;
@@ -173,24 +355,26 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   if (c == NULL)
     return LCT_ENOMEM;
   c->frame = frame;
+  /* The first ping may wait the whole connect timeout for lctd to come up. */
+  c->timeout_ms = c->grace_ms = connect_timeout;
   const char *token_file = o.auth_token_file != NULL ? o.auth_token_file : getenv("LCT_AUTH_TOKEN_FILE");
   if (token_file != NULL && *token_file != '\0' && lct_token_file_read(token_file, c->token, &c->token_len) != 0) {
     free(c);
     return LCT_EACCES;
   }
   int max_msg = lct_wire_msg_max(frame);
-  int resend = INT_MAX; /* no silent resends: a put chunk is not idempotent */
-  int one = 1, buf = LCT__SOCKET_BUFFER;
-  if ((c->sock = nn_socket(AF_SP, NN_REQ)) < 0) {
+  int one = 1, buf = LCT__SOCKET_BUFFER, slice = LCT__SLICE_MS;
+  /* Raw: a cooked REQ socket sends a request again, unasked, when its
+   * connection drops (to a restarted lctd, say) or a resend interval passes. */
+  if ((c->sock = nn_socket(AF_SP_RAW, NN_REQ)) < 0) {
     free(c);
     return LCT_ENOMEM;
   }
   if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_msg, sizeof max_msg) < 0 ||
-      nn_setsockopt(c->sock, NN_REQ, NN_REQ_RESEND_IVL, &resend, sizeof resend) < 0 ||
       nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf) < 0 ||
       nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf) < 0 ||
-      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &connect_timeout, sizeof(int)) < 0 ||
-      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &connect_timeout, sizeof(int)) < 0 ||
+      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &slice, sizeof slice) < 0 ||
+      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &slice, sizeof slice) < 0 ||
       (strncmp(o.endpoint, "tcp://", 6) == 0 &&
        nn_setsockopt(c->sock, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0) ||
       nn_connect(c->sock, o.endpoint) < 0) {
@@ -207,15 +391,15 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   int rc = lct_ping(c, &info);
   if (rc == 0 && info.protocol != LCT_WIRE_VERSION)
     rc = LCT_EVERSION;
-  if (rc == 0 && (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &timeout, sizeof(int)) < 0 ||
-                  nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &timeout, sizeof(int)) < 0))
-    rc = LCT_EINVAL;
   if (rc != 0) {
     lct_close(c);
     return rc == LCT_ETIMEDOUT ? LCT_ECONN : rc;
   }
   if (info.frame_bytes >= LCT_FRAME_MIN && info.frame_bytes < c->frame)
     c->frame = info.frame_bytes;
+  c->timeout_ms = timeout;
+  c->save_timeout_ms = save_timeout;
+  c->grace_ms = LCT__GRACE_MS;
   *out = c;
   return 0;
 }
@@ -249,6 +433,7 @@ int lct_ping(lct_client *c, lct_server_info *info) {
     snprintf(info->backend, sizeof info->backend, "%s", si->backend);
     info->protocol = (int)si->protocol;
     info->frame_bytes = si->frame_bytes;
+    info->instance = si->has_instance ? si->instance : r.hdr->has_instance ? r.hdr->instance : 0;
   }
   lct__reply_free(&r);
   return 0;
@@ -320,7 +505,8 @@ int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *sha
       lct__reply abort_reply;
       ch.op = LCTPB__OP__OP_PUT_ABORT;
       ch.has_offset = 0;
-      if (rc != LCT_ETIMEDOUT && rc != LCT_ECONN && lct__call(c, &ch, NULL, 0, &abort_reply) == 0)
+      if (rc != LCT_ETIMEDOUT && rc != LCT_ECONN && rc != LCT_ERESTARTED &&
+          lct__call(c, &ch, NULL, 0, &abort_reply) == 0)
         lct__reply_free(&abort_reply);
       memcpy(c->err, saved, sizeof saved);
       return rc;
@@ -538,7 +724,7 @@ int lct_save(lct_client *c, uint64_t *written) {
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   rq.op = LCTPB__OP__OP_SAVE;
   lct__reply r;
-  int rc = lct__call(c, &rq, NULL, 0, &r);
+  int rc = lct__call_within(c, &rq, NULL, 0, c->save_timeout_ms, &r);
   if (rc != 0)
     return rc;
   if (written != NULL)

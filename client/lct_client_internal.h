@@ -50,7 +50,13 @@ typedef struct lct__jobs {
 } lct__jobs;
 
 struct lct_client {
-  int sock;
+  int sock;              /* a raw NN_REQ socket: liblct numbers its requests and never resends one */
+  int timeout_ms;        /* a request's; -1: none */
+  int save_timeout_ms;   /* a SAVE's; -1: none */
+  int grace_ms;          /* how long a call waits for a connection to lctd */
+  uint32_t request_id;   /* the last request's id */
+  uint64_t instance;     /* the lctd instance of the last reply; 0: none yet */
+  uint64_t breaks_seen;  /* broken connections counted when the last reply's request went out */
   size_t frame;          /* payload bytes per message, <= the server's */
   uint8_t *hdr;          /* prefix + packed request header */
   size_t hdr_cap;

@@ -36,7 +36,8 @@ extern "C" {
   XX(ECONFIG, 22, "invalid configuration")                                    \
   XX(ESTALE, 23, "tensor changed during a ranged read")                       \
   XX(ENOIPC, 24, "no device-to-device path to this server")                   \
-  XX(ECANCELED, 25, "canceled: the job it waited for failed, or its client closed")
+  XX(ECANCELED, 25, "canceled: the job it waited for failed, or its client closed") \
+  XX(ERESTARTED, 26, "lctd restarted: another instance of it answered")
 
 typedef enum {
 #define LCT__ERR_ENUM(name, code, msg) LCT_##name = -(code),

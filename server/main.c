@@ -1,10 +1,12 @@
 /* main.c — lctd: read the configuration, open backend, pool, store and sockets, run the loop until a signal. */
+#include <errno.h>
 #include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -175,9 +177,27 @@ static int lct__informational_flags(int *argc, char **argv, int *print_config) {
   return -1;
 }
 
+/* This run's instance id: random, so that a client tells a restarted lctd
+ * from the one it spoke to, and never 0, which clients read as none. */
+static int lct__draw_instance(uint64_t *id) {
+  *id = 0;
+  while (*id == 0) {
+    ssize_t n = getrandom(id, sizeof *id, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n != (ssize_t)sizeof *id) {
+      fprintf(stderr, "lctd: getrandom: %s\n", n < 0 ? strerror(errno) : "short read");
+      return LCT_EIO;
+    }
+  }
+  return 0;
+}
+
 /* Backend, pool, codec workers, store, staging and the snapshot restore:
  * everything before the sockets. Prints why on failure. */
 static int lct__open_state(lct__server *srv, char *err, size_t errlen) {
+  if (lct__draw_instance(&srv->instance) != 0)
+    return LCT_EIO;
   long cpus = uv_available_parallelism();
   srv->threads = srv->cfg.threads > 0 ? srv->cfg.threads : (int)(cpus > 0 ? cpus : 4);
   lct__backend be;

@@ -227,7 +227,7 @@ void lct__op_get(lct__request *rq) {
   rp.has_offset = 1;
   rp.offset = off;
   uint8_t *dst;
-  int rc = lct__reply_alloc(&rp, (size_t)len, &rq->reply_msg, &rq->reply_len, &dst);
+  int rc = lct__reply_alloc(srv, &rp, (size_t)len, &rq->reply_msg, &rq->reply_len, &dst);
   if (rc != 0) {
     lct__reply_error(rq, rc, "cannot allocate a %" PRIu64 "-byte reply", len);
     return;
@@ -362,6 +362,8 @@ void lct__op_ping(lct__request *rq) {
   info.frame_bytes = rq->srv->cfg.frame_size;
   info.key_max = (uint32_t)rq->srv->cfg.max_key_length;
   info.list_max = LCT_LIST_MAX;
+  info.has_instance = 1;
+  info.instance = rq->srv->instance;
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.info = &info;
   lct__reply(rq, &rp, NULL, 0);

@@ -48,8 +48,11 @@ static void lct__request_free(lct__request *rq) {
   free(rq);
 }
 
-int lct__reply_alloc(Lctpb__Reply *rp, size_t plen, void **msg, size_t *len, uint8_t **payload) {
+int lct__reply_alloc(const lct__server *srv, Lctpb__Reply *rp, size_t plen, void **msg, size_t *len,
+                     uint8_t **payload) {
   rp->payload_bytes = plen;
+  rp->has_instance = 1;
+  rp->instance = srv->instance;
   size_t hlen = lctpb__reply__get_packed_size(rp);
   if (hlen > LCT_WIRE_HEADER_MAX)
     return LCT_E2BIG;
@@ -79,7 +82,7 @@ void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, size_t 
   void *msg;
   size_t len;
   uint8_t *dst;
-  int rc = lct__reply_alloc(rp, plen, &msg, &len, &dst);
+  int rc = lct__reply_alloc(rq->srv, rp, plen, &msg, &len, &dst);
   if (rc != 0) {
     lct__reply_error(rq, rc, "cannot build the reply");
     return;
@@ -98,7 +101,7 @@ void lct__reply_status(lct__request *rq, int err, long item, const char *text) {
   void *msg;
   size_t len;
   uint8_t *dst;
-  if (lct__reply_alloc(&rp, 0, &msg, &len, &dst) != 0) {
+  if (lct__reply_alloc(rq->srv, &rp, 0, &msg, &len, &dst) != 0) {
     lct__log_error("out of memory for an error reply (%s); the client will time out", text);
     lct__stats_count(&rq->srv->stats, rq->op, rp.status);
     lct__stats_latency(&rq->srv->stats, rq->op, uv_hrtime() - rq->received);

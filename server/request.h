@@ -29,8 +29,10 @@ void lct__handle_message(void *srv, int sock, void *msg, size_t len, void *contr
 
 /* ---- replies: each ends the request ---- */
 
-/* Packs rp into a new nanomsg buffer with room for plen payload bytes. */
-int lct__reply_alloc(Lctpb__Reply *rp, size_t plen, void **msg, size_t *len, uint8_t **payload);
+/* Packs rp, stamped with srv's instance id, into a new nanomsg buffer with
+ * room for plen payload bytes. */
+int lct__reply_alloc(const lct__server *srv, Lctpb__Reply *rp, size_t plen, void **msg, size_t *len,
+                     uint8_t **payload);
 /* Sends a packed reply (status 0 or a positive wire code), counted. */
 void lct__reply_send(lct__request *rq, uint32_t status, void *msg, size_t len);
 void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, size_t plen);

@@ -35,6 +35,7 @@ typedef struct lct__server {
   lct__saves *saves;      /* saves to persist_dir under way and queued */
   lct__autosave *autosave; /* the periodic saves' timer; NULL without persist_dir */
   uint64_t codebook_ids;  /* the last lct__entry.codebook_id given */
+  uint64_t instance;      /* this run's id in every reply: a client tells a restarted lctd by it */
 } lct__server;
 
 /* Bytes of a chunked put as they arrived: a payload inside a received

@@ -49,12 +49,9 @@ static inline const char *test_backend(void) {
   return b && *b ? b : "cpu";
 }
 
-/* Starts lctd with test_backend(), both endpoints, and extra flags
+/* Starts lctd with test_backend(), on d's endpoints, and extra flags
  * (NULL-terminated), and waits until it answers a ping. */
-static inline void test_lctd_start(test_lctd *d, const char *const *extra) {
-  static int serial;
-  snprintf(d->ipc, sizeof d->ipc, "ipc:///tmp/lct-test-%d-%d.sock", (int)getpid(), serial++);
-  snprintf(d->tcp, sizeof d->tcp, "tcp://127.0.0.1:%d", test_free_port());
+static inline void test_lctd_spawn(test_lctd *d, const char *const *extra) {
   const char *argv[64] = {LCT_LCTD_PATH, "--backend", test_backend(), "--listen", d->ipc, "--listen", d->tcp,
                           "--log-level", "warn"};
   int argc = 9;
@@ -81,6 +78,23 @@ static inline void test_lctd_start(test_lctd *d, const char *const *extra) {
     }
   }
   cr_assert_fail("lctd did not answer within 20 s");
+}
+
+/* test_lctd_spawn on a private ipc path and a free tcp port. */
+static inline void test_lctd_start(test_lctd *d, const char *const *extra) {
+  static int serial;
+  snprintf(d->ipc, sizeof d->ipc, "ipc:///tmp/lct-test-%d-%d.sock", (int)getpid(), serial++);
+  snprintf(d->tcp, sizeof d->tcp, "tcp://127.0.0.1:%d", test_free_port());
+  test_lctd_spawn(d, extra);
+}
+
+/* Kills lctd with SIGKILL, as a crash would, and reaps it. */
+static inline void test_lctd_kill(test_lctd *d) {
+  if (d->pid <= 0) return;
+  kill(d->pid, SIGKILL);
+  int status;
+  cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
+  d->pid = 0;
 }
 
 /* Stops lctd with SIGTERM; it must exit cleanly (0: also no leak under ASan). */

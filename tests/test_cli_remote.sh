@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_cli_remote.sh LCT LCTD DATA_DIR — lct put/get/rm/ls/stat/stats/ping against a private lctd: raw and .npy files, clear failures.
+# test_cli_remote.sh LCT LCTD DATA_DIR — lct put/get/rm/ls/stat/stats/ping/save against a private lctd: raw and .npy files, --timeout, clear failures.
 set -u
 lct=$1 lctd=$2 data=$3
 tmp=$(mktemp -d)
@@ -63,5 +63,9 @@ expect_error "size does not match dtype and shape" "$lct" put k "$w" --shape 7
 expect_error "key empty or too long" "$lct" put "" "$w"
 expect_error "cannot reach lctd" "$lct" --endpoint "ipc://$tmp/nobody.sock" ping
 expect_error "unknown option" "$lct" ls --bogus
+# --timeout, which save takes too.
+expect_error "timeout needs a number of seconds" "$lct" ping --timeout soon
+"$lct" stat layer/g --timeout 2.5 >/dev/null || fail "stat --timeout"
+expect_error "save: invalid configuration" "$lct" save --timeout 5
 "$lct" ping >/dev/null || fail "lctd stopped serving"
 echo "lct remote commands: ok"

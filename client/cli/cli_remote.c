@@ -28,6 +28,7 @@ typedef struct remote_args {
   const char *shape;
   long limit;
   int prometheus; /* stats: the Prometheus text as lctd sends it */
+  int timeout_ms; /* --timeout: the wait for lctd's reply (a save's too); 0: liblct's defaults */
 } remote_args;
 
 /* A stored dtype's name; a server newer than this lct may report one it does not know. */
@@ -52,6 +53,13 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
       if (i + 1 >= argc || (a->limit = strtol(argv[++i], NULL, 10)) <= 0)
         return cli_fail("%s: --limit needs a positive number", argv[0]);
       continue;
+    } else if (strcmp(arg, "--timeout") == 0) {
+      char *end = NULL;
+      double s = i + 1 < argc ? strtod(argv[++i], &end) : 0;
+      if (end == NULL || *end != '\0' || !(s >= 0.001 && s <= 2e6))
+        return cli_fail("%s: --timeout needs a number of seconds (0.001 to 2000000)", argv[0]);
+      a->timeout_ms = (int)(s * 1000);
+      continue;
     } else if (arg[0] == '-' && arg[1] == '-') {
       return cli_fail("%s: unknown option '%s'", argv[0], arg);
     } else if (a->npos < max_pos) {
@@ -66,11 +74,12 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
   return 0;
 }
 
-static int remote_connect(const char *cmd, lct_client **c) {
+static int remote_connect(const char *cmd, const remote_args *a, lct_client **c) {
   lct_options o;
   lct_options_init(&o);
   o.endpoint = cli_endpoint;
   o.auth_token_file = cli_auth_token_file;
+  o.timeout_ms = o.save_timeout_ms = a->timeout_ms;
   int rc = lct_connect(&o, c);
   if (rc != 0) {
     const char *ep = cli_endpoint ? cli_endpoint : getenv("LCT_ENDPOINT");
@@ -186,7 +195,7 @@ int cli_put(int argc, char **argv) {
   }
 
   lct_client *c;
-  if (remote_connect("put", &c)) {
+  if (remote_connect("put", &a, &c)) {
     free(buf);
     return 1;
   }
@@ -224,7 +233,7 @@ int cli_get(int argc, char **argv) {
   if (a.npos != 2) return cli_fail("usage: lct get KEY OUT   (OUT ending in .npy gets a NumPy header)");
   const char *key = a.pos[0], *out = a.pos[1];
   lct_client *c;
-  if (remote_connect("get", &c)) return 1;
+  if (remote_connect("get", &a, &c)) return 1;
   void *data;
   lct_tensor_info info;
   int rc = lct_get_alloc(c, key, &data, &info);
@@ -252,7 +261,7 @@ int cli_rm(int argc, char **argv) {
   if (remote_parse(argc, argv, 1, &a)) return 1;
   if (a.npos != 1) return cli_fail("usage: lct rm KEY");
   lct_client *c;
-  if (remote_connect("rm", &c)) return 1;
+  if (remote_connect("rm", &a, &c)) return 1;
   int rc = lct_delete(c, a.pos[0]);
   if (rc) return remote_fail("rm", a.pos[0], c, rc);
   lct_close(c);
@@ -264,7 +273,7 @@ int cli_stat(int argc, char **argv) {
   if (remote_parse(argc, argv, 1, &a)) return 1;
   if (a.npos != 1) return cli_fail("usage: lct stat KEY");
   lct_client *c;
-  if (remote_connect("stat", &c)) return 1;
+  if (remote_connect("stat", &a, &c)) return 1;
   lct_tensor_info info;
   int rc = lct_stat(c, a.pos[0], &info);
   if (rc) return remote_fail("stat", a.pos[0], c, rc);
@@ -284,7 +293,7 @@ int cli_ls(int argc, char **argv) {
   if (remote_parse(argc, argv, 1, &a)) return 1;
   const char *prefix = a.npos ? a.pos[0] : NULL;
   lct_client *c;
-  if (remote_connect("ls", &c)) return 1;
+  if (remote_connect("ls", &a, &c)) return 1;
   char *cursor = NULL;
   long left = a.limit > 0 ? a.limit : -1;
   int rc = 0;
@@ -315,7 +324,7 @@ int cli_stats(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 0, &a)) return 1;
   lct_client *c;
-  if (remote_connect("stats", &c)) return 1;
+  if (remote_connect("stats", &a, &c)) return 1;
   lct_server_stats st;
   char *text;
   int rc = lct_stats(c, &st, &text);
@@ -331,7 +340,7 @@ int cli_ping(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 0, &a)) return 1;
   lct_client *c;
-  if (remote_connect("ping", &c)) return 1;
+  if (remote_connect("ping", &a, &c)) return 1;
   lct_server_info info;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -349,7 +358,7 @@ int cli_save(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 0, &a)) return 1;
   lct_client *c;
-  if (remote_connect("save", &c)) return 1;
+  if (remote_connect("save", &a, &c)) return 1;
   uint64_t written;
   int rc = lct_save(c, &written);
   if (rc) return remote_fail("save", "", c, rc);

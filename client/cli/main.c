@@ -15,7 +15,7 @@ static const cli_command commands[] = {
     {"stats", "stats [--prometheus]        a summary of the server's counters, or all of them as Prometheus text",
      cli_stats},
     {"ping", "ping                        check that lctd answers", cli_ping},
-    {"save", "save                        have lctd write its tensors to its persist_dir now", cli_save},
+    {"save", "save [--timeout SECONDS]    have lctd write its tensors to its persist_dir now", cli_save},
 };
 
 static int usage(FILE *to) {
@@ -26,7 +26,9 @@ static int usage(FILE *to) {
         "EP is lctd's nanomsg endpoint (tcp://HOST:PORT or ipc:///PATH); default $LCT_ENDPOINT, else\n"
         "ipc:///tmp/lctd.sock.\n"
         "FILE holds the token an lctd with auth_token_file requires on its tcp endpoints (first line);\n"
-        "default $LCT_AUTH_TOKEN_FILE.\n",
+        "default $LCT_AUTH_TOKEN_FILE.\n"
+        "Every command that talks to lctd takes --timeout SECONDS: how long to wait for its reply\n"
+        "(default 30, save none). A killed or restarted lctd ends the wait within about 2 s.\n",
         to);
   return to == stderr ? 2 : 0;
 }

@@ -15,6 +15,7 @@ class Options(ctypes.Structure):
         ("connect_timeout_ms", ctypes.c_int),
         ("frame_bytes", ctypes.c_size_t),
         ("auth_token_file", ctypes.c_char_p),
+        ("save_timeout_ms", ctypes.c_int),
     ]
 
 
@@ -48,6 +49,7 @@ class ServerInfo(ctypes.Structure):
         ("backend", ctypes.c_char * 16),
         ("protocol", ctypes.c_int),
         ("frame_bytes", ctypes.c_uint64),
+        ("instance", ctypes.c_uint64),
     ]
 
 

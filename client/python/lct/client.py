@@ -14,7 +14,10 @@ class Client:
 
     endpoint: 'ipc:///path' or 'tcp://host:port'; None: $LCT_ENDPOINT, else
     ipc:///tmp/lctd.sock. timeout_ms: per request (None: 30 s; negative:
-    forever). connect_timeout_ms: for the first ping (None: 5 s). frame_bytes:
+    forever). save_timeout_ms: for save() (None: no limit). A killed or
+    restarted lctd ends a call within about 2 s whatever its timeout
+    (LCT_ECONN, LCT_ERESTARTED); no request is sent twice.
+    connect_timeout_ms: for the first ping (None: 5 s). frame_bytes:
     payload bytes per message (None: 16 MiB, lowered to the server's limit).
     auth_token_file: file holding the token an lctd with auth_token_file
     requires on tcp endpoints (None: $LCT_AUTH_TOKEN_FILE, else none).
@@ -22,7 +25,7 @@ class Client:
     """
 
     def __init__(self, endpoint=None, auth_token_file=None, timeout_ms=None,
-                 connect_timeout_ms=None, frame_bytes=None):
+                 connect_timeout_ms=None, frame_bytes=None, save_timeout_ms=None):
         lib = _native.lib()
         self._lock = threading.Lock()
         self._c = None
@@ -30,13 +33,15 @@ class Client:
         self._device_path = False  # lct_device_path: CUDA tensors go device to device, else through host memory
         self.endpoint = endpoint
         self._options = dict(endpoint=endpoint, auth_token_file=auth_token_file, timeout_ms=timeout_ms,
-                             connect_timeout_ms=connect_timeout_ms, frame_bytes=frame_bytes)
+                             connect_timeout_ms=connect_timeout_ms, frame_bytes=frame_bytes,
+                             save_timeout_ms=save_timeout_ms)
         opts = _native.Options()
         lib.lct_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
         opts.endpoint = endpoint.encode() if endpoint is not None else None
         opts.timeout_ms = timeout_ms or 0
         opts.connect_timeout_ms = connect_timeout_ms or 0
         opts.frame_bytes = frame_bytes or 0
+        opts.save_timeout_ms = save_timeout_ms or 0
         opts.auth_token_file = os.fsencode(auth_token_file) if auth_token_file is not None else None
         handle = ctypes.c_void_p()
         rc = lib.lct_connect(ctypes.byref(opts), ctypes.byref(handle))
@@ -217,7 +222,8 @@ class Client:
     def save(self):
         """Has lctd write every tensor changed since its last save to its
         persist_dir (SAVE) and returns how many it wrote; LCT_ECONFIG from an
-        lctd without one, LCT_EIO when some could not be written."""
+        lctd without one, LCT_EIO when some could not be written. Waits
+        save_timeout_ms, not timeout_ms."""
         written = ctypes.c_uint64()
         self._call(_native.lib().lct_save, ctypes.byref(written))
         return written.value

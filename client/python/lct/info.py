@@ -22,6 +22,7 @@ class ServerInfo:
     backend: str
     protocol: int
     frame_bytes: int
+    instance: int  # this run of lctd (random, drawn at its start): another after a restart
 
 
 def tensor_info(key, c):
@@ -34,4 +35,4 @@ def tensor_info(key, c):
 def server_info(c):
     """The ServerInfo of liblct's lct_server_info c."""
     return ServerInfo(server=c.server.decode(), backend=c.backend.decode(), protocol=c.protocol,
-                      frame_bytes=c.frame_bytes)
+                      frame_bytes=c.frame_bytes, instance=c.instance)

@@ -31,6 +31,8 @@ class TestBasics(LctdTestCase):
         self.assertTrue(info.server.startswith("lctd "))
         self.assertEqual(info.protocol, 1)
         self.assertGreater(info.frame_bytes, 0)
+        self.assertNotEqual(info.instance, 0)
+        self.assertEqual(self.client.ping().instance, info.instance, "one run of lctd, one instance id")
 
     def test_bytes_like_round_trip(self):
         payload = bytes(range(256)) * 3 + b"tail"

@@ -76,7 +76,8 @@ static uint32_t lct__reply_id(const struct nn_msghdr *mh) {
  * by the id in its SP header (a late one to an earlier request is dropped).
  * 0 with *msg and *len; LCT_ETIMEDOUT after timeout_ms (< 0: none); LCT_ECONN
  * with *lost 0 when no connection stood for grace_ms so nothing was sent, 1
- * when the connection it went out on broke. Sets c->err. */
+ * when the connection it went out on broke. Sets c->err, and on a reply
+ * c->breaks_seen. */
 static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int timeout_ms, int *lost, void **msg,
                          int *len) {
   uint64_t start = lct__now_ms(), up = start;
@@ -128,6 +129,7 @@ static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int time
     int n = nn_recvmsg(c->sock, &rmh, 0);
     if (n >= 0) {
       if (lct__reply_id(&rmh) == id) {
+        c->breaks_seen = breaks;
         *msg = m;
         *len = n;
         return 0;
@@ -174,10 +176,11 @@ static int lct__pack(lct_client *c, Lctpb__Request *rq, size_t plen, size_t *len
   return 0;
 }
 
-/* Whether the lctd answering now is the one of the last reply, asked with a
- * PING once the connection to it broke, within grace_ms (and timeout_ms).
- * 0: the same; LCT_ERESTARTED: another, whose id c->instance becomes (*was:
- * the old one's); LCT_ECONN: none answered. Leaves c->err to the caller. */
+/* Once the connection to lctd broke: whether the lctd that answers a PING
+ * now, within grace_ms (and timeout_ms, if >= 0), is the one of the last
+ * reply. 0: the same (or one too old to say); LCT_ERESTARTED: another, whose
+ * id c->instance becomes (*was: the old one's); LCT_ECONN: none answered.
+ * Leaves c->err to the caller. */
 static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   rq.op = LCTPB__OP__OP_PING;
@@ -186,7 +189,6 @@ static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
   if (rc != 0)
     return rc;
   struct nn_iovec iov = {c->hdr, len};
-  uint64_t breaks = lct__breaks(c);
   int lost, n;
   void *msg;
   if (lct__exchange(c, &iov, 1, timeout_ms >= 0 && timeout_ms < c->grace_ms ? timeout_ms : c->grace_ms, &lost,
@@ -202,7 +204,6 @@ static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
     return LCT_ECONN;
   uint64_t instance = hdr->has_instance ? hdr->instance : 0;
   lctpb__reply__free_unpacked(hdr, NULL);
-  c->breaks_seen = breaks;
   *was = c->instance;
   if (instance == 0 || instance == c->instance)
     return 0;
@@ -234,7 +235,6 @@ static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *paylo
   if ((rc = lct__pack(c, rq, plen, &len)) != 0)
     return rc;
   struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
-  uint64_t breaks = lct__breaks(c);
   int lost, n;
   void *msg;
   rc = lct__exchange(c, iov, plen > 0 ? 2 : 1, timeout_ms, &lost, &msg, &n);
@@ -245,7 +245,8 @@ static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *paylo
                        "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 ") while this request was in "
                        "flight: it may or may not have run on the old one, and was not sent again",
                        c->instance, was);
-    return lct__fail(c, rc, "the connection to lctd broke while this request was in flight: it may or may not have run%s",
+    return lct__fail(c, rc,
+                     "the connection to lctd broke while this request was in flight: it may or may not have run%s",
                      probe == 0 ? ", and was not sent again" : "; lctd has not answered since");
   }
   if (rc != 0)
@@ -261,7 +262,6 @@ static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *paylo
   out->msg = msg;
   out->payload = f.payload;
   out->payload_len = f.payload_len;
-  c->breaks_seen = breaks;
   if (out->hdr->has_instance && out->hdr->instance != c->instance) {
     was = c->instance;
     c->instance = out->hdr->instance;

@@ -258,8 +258,8 @@ static void lct__announce(const lct__main *m) {
   char pool[32], frame[32];
   lct__human(lct__pool_capacity(srv->pool), pool, sizeof pool);
   lct__human(srv->cfg.frame_size, frame, sizeof frame);
-  lct__log_info("lctd %s: backend %s, pool %s, frame %s, %d codec workers", LCT_VERSION, srv->backend_name, pool,
-                frame, srv->threads);
+  lct__log_info("lctd %s: instance %016" PRIx64 ", backend %s, pool %s, frame %s, %d codec workers", LCT_VERSION,
+                srv->instance, srv->backend_name, pool, frame, srv->threads);
   for (int i = 0; i < srv->cfg.n_listen; i++)
     lct__log_info("listening on %s", srv->cfg.listen[i]);
   if (m->http != NULL)

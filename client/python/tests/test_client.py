@@ -278,6 +278,9 @@ class TestNumpy(LctdTestCase):
         with self.assertRaises(lct.LctError) as cm:
             self.client.save()
         self.assertEqual(cm.exception.name, "LCT_ECONFIG")
+        with lct.Client(self.lctd.endpoint, save_timeout_ms=5000) as c, self.assertRaises(lct.LctError) as cm:
+            c.save()
+        self.assertEqual(cm.exception.name, "LCT_ECONFIG")
 
     def test_batch(self):
         # Host values: one by one at each send, the values retargeted in order.

@@ -89,7 +89,11 @@ void lct__op_put_begin(lct__request *rq) {
     return;
   }
   lct__pending *p;
-  int rc = lct__staging_begin(srv->staging, rq->hdr->key.data, rq->hdr->key.len, &d, &p);
+  int rc = lct__staging_begin(srv->staging, rq->conn, rq->hdr->key.data, rq->hdr->key.len, &d, &p);
+  if (rc == LCT_EIO) {
+    lct__reply_error(rq, rc, "no random bytes for a put id (getrandom)");
+    return;
+  }
   if (rc != 0) {
     lct__reply_error(rq, rc, "staging full: %" PRIu64 " of %" PRIu64 " bytes held by %" PRIu64
                      " puts; %" PRIu64 " more needed",
@@ -103,8 +107,10 @@ void lct__op_put_begin(lct__request *rq) {
   lct__reply(rq, &rp, NULL, 0);
 }
 
+/* The put the request names, if its connection began it: another's is
+ * answered as an id that does not exist. */
 static lct__pending *lct__find_put(lct__request *rq) {
-  lct__pending *p = rq->hdr->has_put_id ? lct__staging_find(rq->srv->staging, rq->hdr->put_id)
+  lct__pending *p = rq->hdr->has_put_id ? lct__staging_find(rq->srv->staging, rq->hdr->put_id, rq->conn)
                                          : NULL;
   if (p == NULL)
     lct__reply_error(rq, LCT_ENOENT, "no such put (never begun, committed, aborted or expired)");

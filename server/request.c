@@ -187,7 +187,7 @@ void lct__reply_nospc(lct__request *rq, uint64_t need) {
                    lct__pool_used(pool), lct__pool_capacity(pool));
 }
 
-void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *control) {
+void lct__handle_message(void *arg, int sock, uint64_t conn, void *msg, size_t len, void *control) {
   lct__server *srv = arg;
   srv->stats.bytes_in += len;
   lct__request *rq = calloc(1, sizeof *rq);
@@ -200,6 +200,7 @@ void lct__handle_message(void *arg, int sock, void *msg, size_t len, void *contr
   srv->stats.in_flight++;
   rq->srv = srv;
   rq->sock = sock;
+  rq->conn = conn;
   rq->control = control;
   rq->msg = msg;
   rq->received = uv_hrtime();

@@ -11,6 +11,7 @@
 typedef struct lct__request {
   lct__server *srv;
   int sock;
+  uint64_t conn;        /* the connection it came over (lct__conn_id) */
   void *control;        /* routing header, handed back with the reply */
   void *msg;            /* the received message (NULL once an op keeps it) */
   uint32_t op;
@@ -25,7 +26,7 @@ typedef struct lct__request {
 
 /* The transport's callback (lct__on_message) with the lct__server as arg:
  * every message gets exactly one reply, an error reply for garbage. */
-void lct__handle_message(void *srv, int sock, void *msg, size_t len, void *control);
+void lct__handle_message(void *srv, int sock, uint64_t conn, void *msg, size_t len, void *control);
 
 /* ---- replies: each ends the request ---- */
 

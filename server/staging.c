@@ -1,10 +1,11 @@
 /* staging.c — chunked puts between begin and commit: host buffers, budgets and idle expiry. */
 #include "staging.h"
 
+#include <errno.h>
 #include <nanomsg/nn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/random.h>
 
 #include "log.h"
 
@@ -13,7 +14,6 @@
 struct lct__staging {
   lct__server *srv;
   lct__pending *buckets[LCT__STAGING_BUCKETS];
-  uint64_t next_id;
   uv_timer_t timer;
   int timer_open;
 };
@@ -62,10 +62,6 @@ int lct__staging_create(lct__server *srv, lct__staging **out) {
   if (st == NULL)
     return LCT_ENOMEM;
   st->srv = srv;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  /* Ids differ across restarts so a stale id from an earlier run finds nothing. */
-  st->next_id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec;
   uint64_t period = srv->cfg.put_timeout_ms / 4;
   period = period < 5 ? 5 : period > 1000 ? 1000 : period;
   uv_timer_init(srv->loop, &st->timer);
@@ -104,7 +100,20 @@ static int lct__staging_room(const lct__staging *st, uint64_t bytes) {
   return used <= budget && bytes <= budget - used;
 }
 
-int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
+/* 64 random bits: an id another client cannot guess, nor a stale one from an
+ * earlier run find a put. Blocks only before the kernel's generator is first
+ * seeded, early in boot. */
+static int lct__random_id(uint64_t *id) {
+  for (;;) {
+    ssize_t n = getrandom(id, sizeof *id, 0);
+    if (n == (ssize_t)sizeof *id)
+      return 0;
+    if (n >= 0 || errno != EINTR)
+      return LCT_EIO;
+  }
+}
+
+int lct__staging_begin(lct__staging *st, uint64_t conn, const uint8_t *key, size_t key_len,
                        const lct_put_decl *decl, lct__pending **out) {
   lct__stats *stats = &st->srv->stats;
   if (stats->pending_puts >= (uint64_t)st->srv->cfg.max_pending_puts || !lct__staging_room(st, decl->raw_bytes))
@@ -119,9 +128,14 @@ int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
   memcpy(p->key, key, key_len);
   p->key_len = key_len;
   p->decl = *decl;
-  do
-    p->id = st->next_id++;
-  while (p->id == 0 || *lct__staging_slot(st, p->id) != NULL);
+  p->conn = conn;
+  do {
+    if (lct__random_id(&p->id) != 0) {
+      free(p->key);
+      free(p);
+      return LCT_EIO;
+    }
+  } while (p->id == 0 || *lct__staging_slot(st, p->id) != NULL);
   p->last_active = uv_now(st->srv->loop);
   lct__pending **slot = lct__staging_slot(st, p->id);
   *slot = p;
@@ -131,8 +145,9 @@ int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
   return 0;
 }
 
-lct__pending *lct__staging_find(lct__staging *st, uint64_t id) {
-  return *lct__staging_slot(st, id);
+lct__pending *lct__staging_find(lct__staging *st, uint64_t id, uint64_t conn) {
+  lct__pending *p = *lct__staging_slot(st, id);
+  return p != NULL && p->conn == conn ? p : NULL;
 }
 
 int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,

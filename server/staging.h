@@ -9,7 +9,8 @@
 
 typedef struct lct__pending {
   struct lct__pending *next; /* hash chain */
-  uint64_t id;
+  uint64_t id;        /* random: known only to the connection that began it */
+  uint64_t conn;      /* that connection (lct__conn_id) */
   uint8_t *key;
   size_t key_len;
   lct_put_decl decl;
@@ -29,12 +30,15 @@ void lct__staging_stop(lct__staging *st);
 /* Frees every pending put and the staging; after the loop has ended. */
 void lct__staging_destroy(lct__staging *st);
 
-/* Opens a put: LCT_ENOMEM when the staging budget (decl.raw_bytes is
- * reserved for it) or the count of pending puts (stats.pending_puts) would
- * be exceeded. */
-int lct__staging_begin(lct__staging *st, const uint8_t *key, size_t key_len,
+/* Opens a put for connection conn under a random 64-bit id: LCT_ENOMEM when
+ * the staging budget (decl.raw_bytes is reserved for it) or the count of
+ * pending puts (stats.pending_puts) would be exceeded, LCT_EIO when the
+ * kernel gives no random bytes. */
+int lct__staging_begin(lct__staging *st, uint64_t conn, const uint8_t *key, size_t key_len,
                        const lct_put_decl *decl, lct__pending **out);
-lct__pending *lct__staging_find(lct__staging *st, uint64_t id);
+/* The open put id of connection conn; NULL for an id that is not open or
+ * that another connection began. */
+lct__pending *lct__staging_find(lct__staging *st, uint64_t id, uint64_t conn);
 /* Appends len bytes at p->received that sit in the nanomsg message msg of
  * msg_bytes; the put takes msg over on success (0). The message's bytes
  * beyond the payload count against the staging budget too: LCT_ENOMEM when

@@ -48,6 +48,24 @@ static void lct__zero_copy_hdr(struct nn_msghdr *hdr, struct nn_iovec *iov, void
   hdr->msg_controllen = NN_MSG;
 }
 
+/* The pipe key at the head of a received message's routing header: the
+ * control buffer holds one SP_HDR property, a size_t length and then the
+ * header (nanomsg's nn_recvmsg), whose first 4 bytes, big-endian, are the key
+ * (xrep.c). 0 where it is missing, which nanomsg never does. */
+static uint32_t lct__pipe_of(struct nn_msghdr *hdr) {
+  const struct nn_cmsghdr *cm = NN_CMSG_FIRSTHDR(hdr);
+  if (cm == NULL || cm->cmsg_level != PROTO_SP || cm->cmsg_type != SP_HDR ||
+      cm->cmsg_len < NN_CMSG_LEN(sizeof(size_t) + 4))
+    return 0;
+  const unsigned char *d = NN_CMSG_DATA(cm);
+  size_t sp;
+  memcpy(&sp, d, sizeof sp);
+  if (sp < 4 || sp > cm->cmsg_len - NN_CMSG_LEN(sizeof(size_t)))
+    return 0;
+  d += sizeof sp;
+  return (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3];
+}
+
 static void lct__on_readable(uv_poll_t *h, int status, int events) {
   lct__sock *s = h->data;
   if (status < 0) {
@@ -68,7 +86,7 @@ static void lct__on_readable(uv_poll_t *h, int status, int events) {
         lct__log_error("%s: receive: %s", s->endpoint, nn_strerror(e));
       return;
     }
-    s->t->cb(s->t->arg, s->index, msg, (size_t)len, control);
+    s->t->cb(s->t->arg, s->index, lct__conn_id(s->index, lct__pipe_of(&hdr)), msg, (size_t)len, control);
   }
 }
 

@@ -11,8 +11,14 @@ typedef struct lct__transport lct__transport;
 
 /* A received message: msg and control (the routing header) are nanomsg
  * buffers owned by the callee, which passes control back to
- * lct__transport_send or frees both with nn_freemsg. */
-typedef void (*lct__on_message)(void *arg, int sock, void *msg, size_t len, void *control);
+ * lct__transport_send or frees both with nn_freemsg. conn names the
+ * connection it came over (lct__conn_id), unique while it is open. */
+typedef void (*lct__on_message)(void *arg, int sock, uint64_t conn, void *msg, size_t len, void *control);
+
+/* A connection's id: the socket's index above the key nanomsg's raw REP
+ * socket gives each of its pipes (31 bits, never reused while the socket
+ * lives), which it puts first in the routing header of what it receives. */
+static inline uint64_t lct__conn_id(int sock, uint32_t pipe) { return (uint64_t)(uint32_t)sock << 32 | pipe; }
 
 /* Binds one raw REP socket per endpoint with NN_RCVMAXSIZE max_msg and polls
  * them on loop. An ipc socket file gets permission bits ipc_mode and, unless

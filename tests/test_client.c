@@ -1,6 +1,7 @@
 /* test_client.c — liblct against a real lctd (cpu backend) over ipc and tcp: every op, real tensors, chunking, concurrency, hostile input. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <inttypes.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <pthread.h>
@@ -655,6 +656,80 @@ Test(client, chunked_put_protocol_errors, .init = start_small_frames, .fini = st
   nn_close(r.sock);
   get_equals(c, "ref", ref, sizeof ref);
   lct_close(c);
+}
+
+/* Begins a chunked put of bytes raw bytes of key over r; returns its id. */
+static uint64_t raw_begin(raw_conn *r, const char *key, uint64_t *shape) {
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  m.has_dtype = 1;
+  m.dtype = LCT_DTYPE_RAW;
+  m.n_shape = 1;
+  m.shape = shape;
+  Lctpb__Request b = LCTPB__REQUEST__INIT;
+  b.op = LCTPB__OP__OP_PUT_BEGIN;
+  raw_key(&b, key);
+  b.meta = &m;
+  Lctpb__Reply *rp;
+  cr_assert_eq(raw_call(r, &b, NULL, 0, &rp), 0, "put-begin of %s", key);
+  cr_assert(rp->has_put_id);
+  uint64_t id = rp->put_id;
+  lctpb__reply__free_unpacked(rp, NULL);
+  return id;
+}
+
+/* A put-chunk, put-commit or put-abort of put id (offset 0 for a chunk). */
+static Lctpb__Request put_op(uint32_t op, uint64_t id) {
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = op;
+  rq.has_put_id = 1;
+  rq.put_id = id;
+  rq.has_offset = op == LCTPB__OP__OP_PUT_CHUNK;
+  return rq;
+}
+
+Test(client, put_ids_unguessable_and_owned, .init = start_default, .fini = stop) {
+  raw_conn owner = raw_open(daemon_.ipc), other = raw_open(daemon_.ipc), remote = raw_open(daemon_.tcp);
+  uint8_t data[1000];
+  memset(data, 5, sizeof data);
+  uint64_t shape[1] = {sizeof data}, ids[8];
+  char key[16];
+  for (int i = 0; i < 8; i++) {
+    snprintf(key, sizeof key, "owned%d", i);
+    ids[i] = raw_begin(&owner, key, shape);
+    for (int j = 0; j < i; j++) {
+      uint64_t d = ids[i] > ids[j] ? ids[i] - ids[j] : ids[j] - ids[i];
+      cr_assert_gt(d, UINT64_C(1) << 32, "put ids %016" PRIx64 " and %016" PRIx64 " are close: guessable", ids[j],
+                   ids[i]);
+    }
+  }
+  /* Another connection, on the same endpoint or another, finds none of them. */
+  raw_conn *strangers[] = {&other, &remote};
+  for (int s = 0; s < 2; s++) {
+    Lctpb__Request k = put_op(LCTPB__OP__OP_PUT_CHUNK, ids[0]), cm = put_op(LCTPB__OP__OP_PUT_COMMIT, ids[0]),
+                   ab = put_op(LCTPB__OP__OP_PUT_ABORT, ids[1]);
+    Lctpb__Reply *rp;
+    cr_assert_eq(raw_call(strangers[s], &k, data, sizeof data, &rp), (uint32_t)-LCT_ENOENT, "a stranger's chunk");
+    cr_assert(strstr(rp->message, "no such put"), "%s", rp->message);
+    lctpb__reply__free_unpacked(rp, NULL);
+    cr_assert_eq(raw_call(strangers[s], &cm, NULL, 0, NULL), (uint32_t)-LCT_ENOENT, "a stranger's commit");
+    cr_assert_eq(raw_call(strangers[s], &ab, NULL, 0, NULL), (uint32_t)-LCT_ENOENT, "a stranger's abort");
+  }
+  /* The owner's puts are as they were. */
+  Lctpb__Request k = put_op(LCTPB__OP__OP_PUT_CHUNK, ids[0]), cm = put_op(LCTPB__OP__OP_PUT_COMMIT, ids[0]),
+                 ab = put_op(LCTPB__OP__OP_PUT_ABORT, ids[1]);
+  Lctpb__Reply *rp;
+  cr_assert_eq(raw_call(&owner, &k, data, sizeof data, &rp), 0);
+  cr_assert_eq(rp->received, sizeof data, "no stranger's chunk was added");
+  lctpb__reply__free_unpacked(rp, NULL);
+  cr_assert_eq(raw_call(&owner, &cm, NULL, 0, NULL), 0);
+  cr_assert_eq(raw_call(&owner, &ab, NULL, 0, NULL), 0);
+  lct_client *c = test_connect(daemon_.ipc);
+  get_equals(c, "owned0", data, sizeof data);
+  cr_assert_eq(test_stats(c).pending_puts, 6);
+  lct_close(c);
+  nn_close(owner.sock);
+  nn_close(other.sock);
+  nn_close(remote.sock);
 }
 
 /* ---- a full pool ------------------------------------------------------------- */

@@ -43,26 +43,27 @@ TestSuite(staging, .init = setup, .fini = teardown);
 Test(staging, budgets) {
   lct_put_decl d600 = decl(600), d500 = decl(500), d400 = decl(400), d0 = decl(0);
   lct__pending *a, *b, *c, *e;
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"a", 1, &d600, &a), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"a", 1, &d600, &a), 0);
   cr_assert_eq(srv.stats.staging_bytes, 600);
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"b", 1, &d500, &b), LCT_ENOMEM, "over the byte budget");
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"b", 1, &d400, &b), 0);
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"c", 1, &d0, &c), 0);
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"e", 1, &d0, &e), LCT_ENOMEM, "over the count");
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"b", 1, &d500, &b), LCT_ENOMEM, "over the byte budget");
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"b", 1, &d400, &b), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"c", 1, &d0, &c), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"e", 1, &d0, &e), LCT_ENOMEM, "over the count");
   cr_assert_eq(srv.stats.pending_puts, 3);
   cr_assert_neq(a->id, b->id);
-  cr_assert_eq(lct__staging_find(srv.staging, b->id), b);
-  cr_assert_null(lct__staging_find(srv.staging, 0), "0 is never an id");
-  cr_assert_null(lct__staging_find(srv.staging, c->id + 1000));
+  cr_assert_eq(lct__staging_find(srv.staging, b->id, 7), b);
+  cr_assert_null(lct__staging_find(srv.staging, 0, 7), "0 is never an id");
+  cr_assert_null(lct__staging_find(srv.staging, c->id + 1000, 7));
+  cr_assert_null(lct__staging_find(srv.staging, b->id, 8), "another connection's put is not found");
 
   /* Commit path: taken puts are unreachable but still hold their bytes. */
   lct__staging_take(srv.staging, a);
-  cr_assert_null(lct__staging_find(srv.staging, a->id));
+  cr_assert_null(lct__staging_find(srv.staging, a->id, 7));
   cr_assert_eq(srv.stats.pending_puts, 2);
   cr_assert_eq(srv.stats.staging_bytes, 1000);
   lct__staging_release(srv.staging, a);
   cr_assert_eq(srv.stats.staging_bytes, 400);
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"e", 1, &d0, &e), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"e", 1, &d0, &e), 0);
 }
 
 Test(staging, message_framing_counts) {
@@ -70,7 +71,7 @@ Test(staging, message_framing_counts) {
    * that small chunks with large headers cannot hold more than the budget. */
   lct_put_decl d = decl(600);
   lct__pending *p;
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"a", 1, &d, &p), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"a", 1, &d, &p), 0);
   void *m1 = nn_allocmsg(300, 0), *m2 = nn_allocmsg(500, 0);
   cr_assert_eq(lct__staging_add(srv.staging, p, m1, 300, (const uint8_t *)m1 + 200, 100), 0);
   cr_assert_eq(srv.stats.staging_bytes, 800, "600 declared and 200 of framing");
@@ -88,8 +89,8 @@ static void stop_loop(uv_timer_t *t) { uv_stop(t->loop); }
 Test(staging, idle_puts_expire) {
   lct_put_decl d = decl(100);
   lct__pending *idle, *busy;
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"idle", 4, &d, &idle), 0);
-  cr_assert_eq(lct__staging_begin(srv.staging, (const uint8_t *)"busy", 4, &d, &busy), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"idle", 4, &d, &idle), 0);
+  cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"busy", 4, &d, &busy), 0);
   uint64_t busy_id = busy->id, idle_id = idle->id;
   uv_timer_t t;
   uv_timer_init(&loop, &t);
@@ -97,11 +98,11 @@ Test(staging, idle_puts_expire) {
   for (int i = 0; i < 15; i++) {
     uv_timer_start(&t, stop_loop, 10, 0);
     uv_run(&loop, UV_RUN_DEFAULT);
-    lct__pending *p = lct__staging_find(srv.staging, busy_id);
+    lct__pending *p = lct__staging_find(srv.staging, busy_id, 7);
     cr_assert_not_null(p, "an active put does not expire (round %d)", i);
     lct__staging_touch(srv.staging, p);
   }
-  cr_assert_null(lct__staging_find(srv.staging, idle_id), "the idle put expired");
+  cr_assert_null(lct__staging_find(srv.staging, idle_id, 7), "the idle put expired");
   cr_assert_eq(srv.stats.puts_expired, 1);
   cr_assert_eq(srv.stats.pending_puts, 1);
   cr_assert_eq(srv.stats.staging_bytes, 100, "its memory was reclaimed");

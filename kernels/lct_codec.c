@@ -48,8 +48,11 @@ size_t lct_encode_bound(int dtype, uint64_t n_elems) {
   size_t w = lct_dtype_size(dtype);
   if (!w) return 0;
   uint64_t chunks = lct_chunk_count(n_elems), full = n_elems / LCT_CHUNK_ELEMS;
-  uint64_t bound = table_offset(lct_codebook_bytes(dtype)) + 16 * chunks + full * pad4((uint64_t)LCT_CHUNK_ELEMS * w);
-  if (chunks > full) bound += pad4((n_elems - full * LCT_CHUNK_ELEMS) * w);
+  uint64_t bound, tail = chunks > full ? pad4((n_elems - full * LCT_CHUNK_ELEMS) * w) : 0;
+  if (__builtin_mul_overflow(full, pad4((uint64_t)LCT_CHUNK_ELEMS * w), &bound) ||
+      __builtin_add_overflow(bound, table_offset(lct_codebook_bytes(dtype)) + 16 * chunks + tail, &bound) ||
+      (uint64_t)(size_t)bound != bound)
+    return SIZE_MAX;
   return (size_t)bound;
 }
 

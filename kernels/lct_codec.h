@@ -24,12 +24,13 @@ extern "C" {
 
 
 static inline uint64_t lct_chunk_count(uint64_t n_elems) {
-  return (n_elems + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS;
+  return n_elems / LCT_CHUNK_ELEMS + (n_elems % LCT_CHUNK_ELEMS != 0); /* no n + 16383 to wrap */
 }
 
 /* Worst-case blob size for n elements of a dtype: raw bytes plus a bounded
  * header (proto/FORMAT.md, "Size bound"). The macro is a constant-expression
- * upper bound; the function is exact for the reference encoder's worst case. */
+ * upper bound; the function is exact for the reference encoder's worst case,
+ * and SIZE_MAX where that does not fit in a size_t (no buffer holds it). */
 #define LCT_ENCODE_BOUND(n_elems, elem_size) \
   (LCT_HEADER_BYTES + 520 + 20 * (((n_elems) + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS) + (n_elems) * (elem_size))
 size_t lct_encode_bound(int dtype, uint64_t n_elems);

@@ -48,26 +48,31 @@ void lct__entry_unref(lct__entry *e) {
 uint64_t lct__segment_bytes(const lct__server *srv, uint64_t raw_bytes) {
   const uint64_t align = 64 << 10;
   uint64_t seg = srv->cfg.segment_size, workers = srv->threads > 0 ? (uint64_t)srv->threads : 1;
-  uint64_t spread = (raw_bytes / workers + align - 1) / align * align;
+  uint64_t per = raw_bytes / workers;
+  if (per >= seg) /* rounded up below, per could wrap */
+    return seg;
+  uint64_t spread = (per + align - 1) / align * align;
   if (spread < LCT__SEGMENT_MIN)
     spread = LCT__SEGMENT_MIN;
   return spread < seg ? spread : seg;
 }
 
-uint64_t lct__entry_reserve_bytes(const lct__server *srv, const lct_put_decl *decl) {
-  uint64_t seg_bytes = lct__segment_bytes(srv, decl->raw_bytes), esize = lct_dtype_size(decl->dtype);
-  uint64_t full = decl->raw_bytes / seg_bytes, tail = decl->raw_bytes % seg_bytes;
-  uint64_t total = full * lct_encode_bound(decl->dtype, seg_bytes / esize);
-  if (tail != 0 || full == 0)
-    total += lct_encode_bound(decl->dtype, tail / esize);
-  return total;
+int lct__entry_reserve_bytes(const lct_put_decl *decl, uint64_t seg_bytes, uint64_t *out) {
+  uint64_t esize = lct_dtype_size(decl->dtype);
+  uint64_t full = decl->raw_bytes / seg_bytes, tail = decl->raw_bytes % seg_bytes, total;
+  if (__builtin_mul_overflow(full, (uint64_t)lct_encode_bound(decl->dtype, seg_bytes / esize), &total) ||
+      ((tail != 0 || full == 0) &&
+       __builtin_add_overflow(total, (uint64_t)lct_encode_bound(decl->dtype, tail / esize), &total)))
+    return LCT_E2BIG;
+  *out = total;
+  return 0;
 }
 
 int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
                        uint64_t seg_bytes, lct__entry **out) {
   size_t esize = lct_dtype_size(decl->dtype);
   assert(esize != 0 && decl->n_elems * esize == decl->raw_bytes && seg_bytes % (64 << 10) == 0);
-  uint64_t n_seg = decl->raw_bytes == 0 ? 1 : (decl->raw_bytes + seg_bytes - 1) / seg_bytes;
+  uint64_t n_seg = decl->raw_bytes / seg_bytes + (decl->raw_bytes % seg_bytes != 0 || decl->raw_bytes == 0);
   lct__entry *e;
   int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
   if (rc != 0)

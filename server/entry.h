@@ -64,9 +64,10 @@ void lct__entry_unref(lct__entry *e);
  * segment holds whole 16384-element format chunks for any dtype. */
 uint64_t lct__segment_bytes(const lct__server *srv, uint64_t raw_bytes);
 
-/* Pool bytes a host put reserves while it encodes: the sum of its segments'
- * lct_encode_bound. */
-uint64_t lct__entry_reserve_bytes(const lct__server *srv, const lct_put_decl *decl);
+/* Pool bytes a put in segments of seg_bytes reserves while it encodes, the
+ * sum of its segments' lct_encode_bound, in *out: 0, or LCT_E2BIG when that
+ * sum overflows 64 bits. */
+int lct__entry_reserve_bytes(const lct_put_decl *decl, uint64_t seg_bytes, uint64_t *out);
 
 /* A new entry for key shaped by decl, split into segments of seg_bytes (a
  * multiple of 64 KiB; the last may be shorter), each holding pool memory for

@@ -215,7 +215,7 @@ static int lct__batch_map_or_reply(lct__request *rq) {
   for (size_t i = 0; i < lct__dev(rq)->n_items; i++) {
     const lct__batch_item *b = &lct__dev(rq)->batch[i];
     size_t esize = lct_dtype_size(lct__is_get(rq) ? b->entry->dtype : b->decl.dtype);
-    if ((h->device->offset + lct__dev(rq)->items[i]->offset) % esize != 0) {
+    if ((h->device->offset % esize + lct__dev(rq)->items[i]->offset % esize) % esize != 0) {
       lct__reply_item_error(rq, LCT_EINVAL, i, "buffer not aligned to its %zu-byte elements", esize);
       return 0;
     }
@@ -265,13 +265,12 @@ static void lct__device_batch_ended(void *arg, int rc, size_t failed, const char
 
 /* Starts the encode of the request's items; replies itself on failure. */
 static void lct__batch_put_begin(lct__request *rq) {
-  size_t failed;
+  size_t failed = lct__dev(rq)->n_items;
   int rc = lct__batch_put_start(rq->srv, lct__dev(rq)->batch, lct__dev(rq)->n_items, lct__device_batch_ended, rq, &failed);
-  if (rc == LCT_ENOSPC) {
-    char why[160];
-    snprintf(why, sizeof why, "the pool is full: %" PRIu64 " of %" PRIu64 " bytes in use",
-             lct__pool_used(rq->srv->pool), lct__pool_capacity(rq->srv->pool));
-    lct__device_batch_ended(rq, rc, failed, why);
+  if (rc == LCT_ENOSPC && failed < lct__dev(rq)->n_items) {
+    char why[256];
+    int room = lct__pool_room(rq->srv, &lct__dev(rq)->batch[failed].decl, rq->srv->cfg.segment_size, why, sizeof why);
+    lct__device_batch_ended(rq, room != 0 ? room : rc, failed, why);
   } else if (rc != 0) {
     lct__device_batch_ended(rq, rc, lct__dev(rq)->n_items, "cannot start the encode");
   }

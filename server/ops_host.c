@@ -49,10 +49,13 @@ static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *
 /* Starts the encode of a complete tensor; replies itself on failure. */
 static void lct__put_begin_encode(lct__request *rq, const uint8_t *key, size_t key_len,
                                   const lct_put_decl *d, const lct__put_src *src) {
-  int rc = lct__put_start(rq->srv, key, key_len, d, src, lct__put_done, rq);
-  if (rc == LCT_ENOSPC)
-    lct__reply_nospc(rq, lct__entry_reserve_bytes(rq->srv, d));
-  else if (rc != 0)
+  lct__server *srv = rq->srv;
+  int rc = lct__put_start(srv, key, key_len, d, src, lct__put_done, rq);
+  if (rc == LCT_ENOSPC) {
+    char why[256];
+    int room = lct__pool_room(srv, d, lct__segment_bytes(srv, d->raw_bytes), why, sizeof why);
+    lct__reply_error(rq, room != 0 ? room : rc, "%s", why);
+  } else if (rc != 0)
     lct__reply_error(rq, rc, "cannot start the encode");
 }
 
@@ -83,13 +86,14 @@ void lct__op_put_begin(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "put-begin carries no payload; send it in put-chunk");
     return;
   }
-  uint64_t need = lct__entry_reserve_bytes(srv, &d);
-  if (!lct__pool_fits(srv->pool, need)) {
-    lct__reply_nospc(rq, need);
+  char why[256];
+  int rc = lct__pool_room(srv, &d, lct__segment_bytes(srv, d.raw_bytes), why, sizeof why);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
     return;
   }
   lct__pending *p;
-  int rc = lct__staging_begin(srv->staging, rq->conn, rq->hdr->key.data, rq->hdr->key.len, &d, &p);
+  rc = lct__staging_begin(srv->staging, rq->conn, rq->hdr->key.data, rq->hdr->key.len, &d, &p);
   if (rc == LCT_EIO) {
     lct__reply_error(rq, rc, "no random bytes for a put id (getrandom)");
     return;

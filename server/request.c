@@ -181,10 +181,22 @@ int lct__entry_to_read(const lct__server *srv, const ProtobufCBinaryData *key, i
   return 0;
 }
 
-void lct__reply_nospc(lct__request *rq, uint64_t need) {
-  lct__pool *pool = rq->srv->pool;
-  lct__reply_error(rq, LCT_ENOSPC, "needs up to %" PRIu64 " pool bytes; %" PRIu64 " of %" PRIu64 " in use", need,
-                   lct__pool_used(pool), lct__pool_capacity(pool));
+int lct__pool_room(const lct__server *srv, const lct_put_decl *d, uint64_t seg_bytes, char *why, size_t cap) {
+  const lct__pool *pool = srv->pool;
+  uint64_t need, capacity = lct__pool_capacity(pool);
+  if (lct__entry_reserve_bytes(d, seg_bytes, &need) != 0) {
+    snprintf(why, cap, "tensor of %" PRIu64 " bytes is too large: its worst-case coded size overflows 64 bits",
+             d->raw_bytes);
+    return LCT_E2BIG;
+  }
+  if (need > capacity) {
+    snprintf(why, cap, "tensor of %" PRIu64 " bytes cannot fit: its coded size may reach %" PRIu64
+             " bytes and the pool holds %" PRIu64, d->raw_bytes, need, capacity);
+    return LCT_ENOSPC;
+  }
+  snprintf(why, cap, "tensor of %" PRIu64 " bytes needs up to %" PRIu64 " pool bytes; %" PRIu64 " of %" PRIu64
+           " in use", d->raw_bytes, need, lct__pool_used(pool), capacity);
+  return lct__pool_fits(pool, need) ? 0 : LCT_ENOSPC;
 }
 
 void lct__handle_message(void *arg, int sock, uint64_t conn, void *msg, size_t len, void *control) {

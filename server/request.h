@@ -57,7 +57,11 @@ int lct__put_check(const lct__config *cfg, const ProtobufCBinaryData *key, const
  * LCT_ENOENT / LCT_ESTALE with why. */
 int lct__entry_to_read(const lct__server *srv, const ProtobufCBinaryData *key, int has_version, uint64_t version,
                        lct__entry **e, char *why, size_t cap);
-/* LCT_ENOSPC for a put that needs up to need pool bytes. */
-void lct__reply_nospc(lct__request *rq, uint64_t need);
+/* Whether the pool has room now for a put of d in segments of seg_bytes
+ * (its worst-case coded size): 0, LCT_E2BIG when that size overflows 64
+ * bits, or LCT_ENOSPC when it exceeds the pool's capacity or its free bytes.
+ * why names the tensor's size and the pool's, also for 0 (an allocation can
+ * still fail where the backend's memory is fragmented). */
+int lct__pool_room(const lct__server *srv, const lct_put_decl *d, uint64_t seg_bytes, char *why, size_t cap);
 
 #endif

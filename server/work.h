@@ -14,7 +14,7 @@ typedef void (*lct__put_cb)(void *arg, int rc, const char *why, const lct__entry
 /* Encodes the decl->raw_bytes bytes of src into a new entry for key and
  * installs it; the bytes must stay valid until cb. The checksum is verified
  * (when declared) or computed; the codebook follows codebook.h. Pool memory
- * for every segment is reserved up front (lct__entry_reserve_bytes): a full
+ * for every segment is reserved up front (lct__entry_reserve): a full
  * pool fails here with LCT_ENOSPC (cb is not called) and leaves the stored
  * version untouched. */
 int lct__put_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct_put_decl *decl,

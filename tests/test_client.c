@@ -777,6 +777,67 @@ Test(client, full_pool_chunked, .init = start_full_pool_chunked, .fini = stop) {
   full_pool_checks(daemon_.tcp);
 }
 
+/* ---- declarations too large for any pool ------------------------------------- */
+
+/* A put-begin of dtype and shape: its status, its message in msg. */
+static uint32_t begin_status(raw_conn *r, uint32_t dtype, uint64_t *shape, size_t ndim, char *msg, size_t cap) {
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  m.has_dtype = 1;
+  m.dtype = dtype;
+  m.n_shape = ndim;
+  m.shape = shape;
+  Lctpb__Request b = LCTPB__REQUEST__INIT;
+  b.op = LCTPB__OP__OP_PUT_BEGIN;
+  raw_key(&b, "huge");
+  b.meta = &m;
+  Lctpb__Reply *rp;
+  uint32_t s = raw_call(r, &b, NULL, 0, &rp);
+  snprintf(msg, cap, "%s", rp->message ? rp->message : "");
+  lctpb__reply__free_unpacked(rp, NULL);
+  return s;
+}
+
+Test(client, huge_declarations_report_their_size, .init = start_full_pool, .fini = stop) {
+  raw_conn r = raw_open(daemon_.ipc);
+  struct {
+    uint32_t dtype;
+    uint64_t shape[2];
+    size_t ndim;
+    const char *bytes; /* raw_bytes in decimal */
+    uint32_t status;
+  } cases[] = {
+      {LCT_DTYPE_RAW, {UINT64_MAX}, 1, "18446744073709551615", (uint32_t)-LCT_E2BIG},
+      {LCT_DTYPE_F32, {(UINT64_C(1) << 62) - 1}, 1, "18446744073709551612", (uint32_t)-LCT_E2BIG},
+      {LCT_DTYPE_BF16, {UINT64_C(1) << 62, 2}, 2, "18446744073709551616", (uint32_t)-LCT_E2BIG}, /* product overflows */
+      {LCT_DTYPE_BF16, {UINT64_C(1) << 40, UINT64_C(1) << 20}, 2, "2305843009213693952", (uint32_t)-LCT_ENOSPC},
+      {LCT_DTYPE_RAW, {UINT64_C(1) << 40}, 1, "1099511627776", (uint32_t)-LCT_ENOSPC},
+  };
+  char msg[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint32_t s = begin_status(&r, cases[i].dtype, cases[i].shape, cases[i].ndim, msg, sizeof msg);
+    cr_assert_eq(s, cases[i].status, "case %zu: status %u: %s", i, s, msg);
+    if (i == 2) /* the shape product itself overflows: no size to name */
+      continue;
+    cr_assert(strstr(msg, cases[i].bytes), "case %zu names %s bytes: %s", i, cases[i].bytes, msg);
+    if (s == (uint32_t)-LCT_ENOSPC)
+      cr_assert(strstr(msg, "1048576"), "case %zu names the pool's capacity: %s", i, msg);
+    /* Every number it names is one of the tensor's, the pool's, or a worst case above the tensor's size. */
+    for (const char *p = msg; *p; p++) {
+      if (*p < '0' || *p > '9' || (p > msg && p[-1] >= '0' && p[-1] <= '9'))
+        continue;
+      unsigned long long v = strtoull(p, NULL, 10);
+      cr_assert(v == 0 || v == 1048576 || v >= strtoull(cases[i].bytes, NULL, 10) || v == 64,
+                "case %zu: %llu is no size of this put: %s", i, v, msg);
+    }
+  }
+  lct_client *c = test_connect(daemon_.ipc);
+  lct_server_stats st = test_stats(c);
+  cr_assert_eq(st.pending_puts, 0);
+  cr_assert_eq(st.pool_used, 0);
+  lct_close(c);
+  nn_close(r.sock);
+}
+
 /* ---- a client that dies mid-put ------------------------------------------------ */
 
 static void start_short_timeout(void) {

@@ -176,6 +176,18 @@ Test(codec, never_larger_than_bound) {
   }
 }
 
+Test(codec, bound_of_huge_counts_saturates) {
+  /* A count from a request may be anything: the bound never wraps to a small size. */
+  cr_assert_eq(lct_chunk_count(UINT64_MAX), UINT64_MAX / LCT_CHUNK_ELEMS + 1);
+  for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
+    cr_assert_eq(lct_encode_bound(dtype, UINT64_MAX), SIZE_MAX, "dtype %d", dtype);
+    cr_assert_eq(lct_encode_bound(dtype, UINT64_MAX / lct_dtype_size(dtype)), SIZE_MAX, "dtype %d", dtype);
+  }
+  uint64_t n = (UINT64_C(1) << 61) / 4; /* 2^61 bytes of f32: the bound fits */
+  cr_assert_gt(lct_encode_bound(LCT_DTYPE_F32, n), n * 4);
+  cr_assert_lt(lct_encode_bound(LCT_DTYPE_F32, n), SIZE_MAX);
+}
+
 Test(codec, argument_errors) {
   uint32_t v[4] = {1, 2, 3, 4};
   uint8_t blob[1024], out[16];

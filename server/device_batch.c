@@ -203,8 +203,15 @@ static void lct__batch_done(lct__task *task) {
   size_t failed = job->n_items;
   int rc = job->rc;
   if (rc != 0) {
-    if (job->round == LCT__BATCH_DECODE)
+    if (job->round == LCT__BATCH_DECODE && job->failed < job->n_items) {
+      const lct__entry *e = job->items[job->failed].entry;
+      lct__log_error("device get of '%.*s' version %llu (item %zu of %zu) failed to decode: %s",
+                     (int)(e->key_len > 64 ? 64 : e->key_len), (const char *)e->key, (unsigned long long)e->version,
+                     job->failed, job->n_items, lct_err_name(rc));
+      rc = lct__stored_decode_error(rc);
+    } else if (job->round == LCT__BATCH_DECODE) {
       lct__log_error("a device batch of %zu tensors failed to decode: %s", job->n_items, lct_strerror(rc));
+    }
     lct__batch_end(job, rc, job->failed, job->why);
     return;
   }

@@ -107,3 +107,17 @@ void lct__entry_publish(lct__server *srv, lct__entry *e) {
   srv->stats.encoded_bytes += e->raw_bytes;
   lct__store_install(srv->store, e);
 }
+
+int lct__stored_decode_error(int rc) {
+  switch (rc) {
+  case LCT_EVERSION:
+  case LCT_ECHECKSUM:
+  case LCT_EDTYPE:
+  case LCT_ESIZE:
+  case LCT_EBUFSIZE:
+  case LCT_E2BIG:
+    return LCT_ECORRUPT;
+  default:
+    return rc;
+  }
+}

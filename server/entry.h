@@ -75,6 +75,11 @@ int lct__entry_reserve_bytes(const lct_put_decl *decl, uint64_t seg_bytes, uint6
 int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
                        uint64_t seg_bytes, lct__entry **out);
 
+/* What a failed decode of a stored segment answers: LCT_ECORRUPT for every
+ * fault the decoder finds in the blob (its checks, its version byte, sizes
+ * that disagree with the entry); out of memory or a device failure as it is. */
+int lct__stored_decode_error(int rc);
+
 /* Gives each segment of an encoded entry back its pool memory beyond
  * blob_bytes, counts it, and installs it in the store (taking the caller's
  * reference). */

@@ -279,15 +279,19 @@ static void lct__get_task_done(lct__task *task) {
   if (--job->pending > 0)
     return;
   int rc = 0;
+  size_t bad = 0;
   for (size_t i = 0; i < job->n_tasks && rc == 0; i++) {
     rc = job->tasks[i].rc;
+    bad = job->tasks[i].seg;
     job->srv->stats.decoded_bytes += job->e->segments[job->tasks[i].seg].raw_bytes;
   }
   job->srv->stats.decode_ns += uv_hrtime() - job->started;
-  if (rc != 0)
-    lct__log_error("decoding '%.*s' version %llu failed: %s",
+  if (rc != 0) {
+    lct__log_error("get of '%.*s' version %llu: segment %zu of %zu failed to decode: %s",
                    (int)(job->e->key_len > 64 ? 64 : job->e->key_len), (const char *)job->e->key,
-                   (unsigned long long)job->e->version, lct_strerror(rc));
+                   (unsigned long long)job->e->version, bad, job->e->n_segments, lct_err_name(rc));
+    rc = lct__stored_decode_error(rc);
+  }
   lct__entry_unref(job->e);
   job->cb(job->arg, rc);
   free(job);

@@ -39,6 +39,25 @@ def scrape(port, path="/metrics"):
         return r.status, r.headers.get("Content-Type"), r.read().decode()
 
 
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli), as proto/lct_checksum.h computes it."""
+    table = crc32c.table
+    if table is None:
+        table = crc32c.table = [0] * 256
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+            table[i] = c
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+crc32c.table = None
+
+
 def metric(text, name):
     """The value of one sample line 'name value' (name with its labels)."""
     for line in text.splitlines():
@@ -438,6 +457,56 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual(d2.stop(), 0)
         self.assertEqual(len([f for f in os.listdir(pdir) if f.endswith(".corrupt")]), 3,
                          "a save never removes a file set aside")
+
+    def test_corrupt_blob_reads_as_ecorrupt(self):
+        """A blob corrupted at rest, in a snapshot whose file CRC still holds: every get answers LCT_ECORRUPT."""
+        pdir = os.path.join(self.tmp, "state")
+        d = self.start("--persist-dir", pdir, "--log-level", "warn")
+        c = d.client()
+        values = {k: bytes(range(256)) * 12 for k in ("bad-version", "bad-check", "bad-structure", "intact")}
+        for k, v in values.items():
+            c.put(k, v, dtype="raw")  # one segment, raw chunks: each fault reaches the decoder as planted
+        c.close()
+        self.assertEqual(d.stop(), 0)
+
+        def corrupt(path, fault):
+            data = bytearray(pathlib.Path(path).read_bytes())
+            key_len, n_seg, flags = (int.from_bytes(data[o:o + 4], "little") for o in (8, 20, 108))
+            self.assertEqual(flags & 1, 0, "a raw tensor's file holds no codebook")
+            blob = 112 + key_len + 24 * n_seg  # the first segment's blob (deploy/README.md, Persistence)
+            chunk = blob + int.from_bytes(data[blob + 40:blob + 48], "little")  # chunk table after the header
+            if fault == "bad-version":
+                data[blob + 4] = 2  # format version byte (proto/FORMAT.md: LCT_EVERSION from the decoder)
+            elif fault == "bad-check":
+                data[chunk + 4] ^= 0x01  # the raw chunk's check (LCT_ECHECKSUM)
+            else:
+                data[chunk] = 9  # an unknown chunk mode (LCT_ECORRUPT)
+            data[-4:] = crc32c(bytes(data[:-4])).to_bytes(4, "little")  # the file itself stays valid
+            pathlib.Path(path).write_bytes(bytes(data))
+
+        for f in os.listdir(pdir):
+            path = os.path.join(pdir, f)
+            head = pathlib.Path(path).read_bytes()
+            key = head[112:112 + int.from_bytes(head[8:12], "little")].decode()
+            if key != "intact":
+                corrupt(path, key)
+        d2 = self.start("--persist-dir", pdir, "--log-level", "warn")
+        c = d2.client()
+        self.assertEqual(metric(scrape(d2.http)[2], "lct_snapshot_restored_tensors"), 4)
+        for k in values:
+            if k == "intact":
+                self.assertEqual(bytes(c.get(k)), values[k])
+                continue
+            with self.assertRaises(lct.LctError, msg=k) as e:
+                c.get(k)
+            self.assertEqual(e.exception.name, "LCT_ECORRUPT", f"{k}: {e.exception}")
+        log = d2.stderr()
+        for k in values:
+            self.assertEqual(f"'{k}'" in log, k != "intact", f"the log names {k} if and only if it is corrupt: {log}")
+        text = scrape(d2.http)[2]
+        self.assertEqual(metric(text, 'lct_errors_total{kind="LCT_ECORRUPT"}'), 3)
+        c.close()
+        self.assertEqual(d2.stop(), 0)
 
     def test_persist_larger_segments_set_aside_intact(self):
         # Files saved with segments larger than the restarted lctd's

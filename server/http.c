@@ -10,17 +10,22 @@
 #include "stats.h"
 
 #define LCT__HTTP_REQUEST_MAX 8192 /* request head bytes read before answering 431 */
-#define LCT__HTTP_CONN_MAX 64      /* open connections; more are closed at once */
-#define LCT__HTTP_IDLE_MS 5000     /* the longest a connection lives: request, reply and all */
+#define LCT__HTTP_CONN_MAX 64      /* open connections; a new one past it closes the oldest still reading */
+#define LCT__HTTP_READ_MS 2000     /* from accept to a complete request head: a slow client is closed */
+#define LCT__HTTP_WRITE_MS 5000    /* from the request to the reply taken: one that never reads is closed */
+#define LCT__HTTP_BACKLOG 128      /* connections the kernel queues for accept */
 
 typedef struct lct__http_conn {
   uv_tcp_t tcp; /* first: the handle's address is the connection's */
   uv_timer_t timer;
   uv_write_t write;
   struct lct__http *http;
-  struct lct__http_conn *next;
+  struct lct__http_conn *prev, *next; /* the open connections, oldest first */
   char *reply;
   size_t have;
+  size_t scanned; /* bytes of buf searched for the end of the head */
+  int reading;    /* the request head is not complete yet */
+  int closing;
   int open_handles;
   char buf[LCT__HTTP_REQUEST_MAX];
 } lct__http_conn;
@@ -28,8 +33,9 @@ typedef struct lct__http_conn {
 struct lct__http {
   lct__server *srv;
   uv_tcp_t listener;
-  lct__http_conn *conns;
-  int n_conns;
+  lct__http_conn *oldest, *newest; /* open connections (not closing), in accept order */
+  int n_open;                      /* connections in that list */
+  int n_conns;                     /* allocated, until their handles have closed */
   int stopping;
 };
 
@@ -38,12 +44,6 @@ static void lct__http_closed(uv_handle_t *h) {
   if (--c->open_handles > 0)
     return;
   lct__http *http = c->http;
-  for (lct__http_conn **p = &http->conns; *p != NULL; p = &(*p)->next) {
-    if (*p == c) {
-      *p = c->next;
-      break;
-    }
-  }
   http->n_conns--;
   free(c->reply);
   free(c);
@@ -52,17 +52,27 @@ static void lct__http_closed(uv_handle_t *h) {
 }
 
 static void lct__http_close(lct__http_conn *c) {
-  if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
-    uv_close((uv_handle_t *)&c->tcp, lct__http_closed);
-    uv_close((uv_handle_t *)&c->timer, lct__http_closed);
-  }
+  if (c->closing)
+    return;
+  c->closing = 1;
+  lct__http *http = c->http;
+  *(c->prev != NULL ? &c->prev->next : &http->oldest) = c->next;
+  *(c->next != NULL ? &c->next->prev : &http->newest) = c->prev;
+  http->n_open--;
+  uv_close((uv_handle_t *)&c->tcp, lct__http_closed);
+  uv_close((uv_handle_t *)&c->timer, lct__http_closed);
 }
 
 static void lct__http_written(uv_write_t *w, int status) { lct__http_close(w->data); }
 
+/* A connection past its deadline, reading or writing, is closed. */
+static void lct__http_expired(uv_timer_t *t) { lct__http_close(t->data); }
+
 static void lct__http_respond(lct__http_conn *c, const char *status, const char *type, const char *body,
                               size_t body_len) {
   uv_read_stop((uv_stream_t *)&c->tcp);
+  c->reading = 0;
+  uv_timer_start(&c->timer, lct__http_expired, LCT__HTTP_WRITE_MS, 0);
   char head[256];
   int h = snprintf(head, sizeof head,
                    "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
@@ -125,15 +135,26 @@ static void lct__http_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   c->have += (size_t)n;
   c->buf[c->have] = '\0';
-  if (lct__http_head_complete(c->buf))
+  if (lct__http_head_complete(c->buf, c->have, &c->scanned))
     lct__http_request(c);
   else if (c->have == sizeof c->buf - 1)
     lct__http_text(c, "431 Request Header Fields Too Large", "request too large\n");
 }
 
-/* A connection lives at most LCT__HTTP_IDLE_MS, answered or not: a client
- * that never reads its reply must not keep its slot. */
-static void lct__http_idle(uv_timer_t *t) { lct__http_close(t->data); }
+/* Makes room for a new connection: closes the oldest one still reading its
+ * request (a slow or stalled client), or returns 0 when every open one is
+ * being answered. At most LCT__HTTP_CONN_MAX to look at. */
+static int lct__http_make_room(lct__http *http) {
+  if (http->n_open < LCT__HTTP_CONN_MAX)
+    return 1;
+  for (lct__http_conn *c = http->oldest; c != NULL; c = c->next) {
+    if (c->reading) {
+      lct__http_close(c);
+      return 1;
+    }
+  }
+  return 0;
+}
 
 static void lct__http_accept(uv_stream_t *server, int status) {
   lct__http *http = server->data;
@@ -147,15 +168,19 @@ static void lct__http_accept(uv_stream_t *server, int status) {
   uv_timer_init(server->loop, &c->timer);
   c->tcp.data = c->timer.data = c;
   c->open_handles = 2;
-  c->next = http->conns;
-  http->conns = c;
+  c->reading = 1;
+  /* Accepted even when refused, so that the kernel's queue drains. */
+  int room = uv_accept(server, (uv_stream_t *)&c->tcp) == 0 && lct__http_make_room(http);
+  c->prev = http->newest;
+  *(http->newest != NULL ? &http->newest->next : &http->oldest) = c;
+  http->newest = c;
   http->n_conns++;
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || http->n_conns > LCT__HTTP_CONN_MAX ||
-      uv_read_start((uv_stream_t *)&c->tcp, lct__http_alloc, lct__http_read) != 0) {
+  http->n_open++;
+  if (!room || uv_read_start((uv_stream_t *)&c->tcp, lct__http_alloc, lct__http_read) != 0) {
     lct__http_close(c);
     return;
   }
-  uv_timer_start(&c->timer, lct__http_idle, LCT__HTTP_IDLE_MS, 0);
+  uv_timer_start(&c->timer, lct__http_expired, LCT__HTTP_READ_MS, 0);
 }
 
 int lct__http_open(lct__server *srv, const char *addr, lct__http **out, char *err, size_t errlen) {
@@ -172,7 +197,7 @@ int lct__http_open(lct__server *srv, const char *addr, lct__http **out, char *er
   h->listener.data = h;
   int rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&sa, 0);
   if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&h->listener, 16, lct__http_accept);
+    rc = uv_listen((uv_stream_t *)&h->listener, LCT__HTTP_BACKLOG, lct__http_accept);
   if (rc != 0) {
     snprintf(err, errlen, "metrics: cannot listen on %s: %s", addr, uv_strerror(rc));
     h->stopping = 1;
@@ -192,7 +217,7 @@ static void lct__http_listener_closed(uv_handle_t *l) {
 
 void lct__http_stop(lct__http *h) {
   h->stopping = 1;
-  for (lct__http_conn *c = h->conns; c != NULL; c = c->next)
-    lct__http_close(c);
+  while (h->oldest != NULL)
+    lct__http_close(h->oldest);
   uv_close((uv_handle_t *)&h->listener, lct__http_listener_closed);
 }

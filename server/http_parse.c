@@ -4,8 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
-int lct__http_head_complete(const char *received) {
-  return strstr(received, "\r\n\r\n") != NULL || strstr(received, "\n\n") != NULL;
+int lct__http_head_complete(const char *received, size_t len, size_t *scanned) {
+  const char *b = received;
+  for (size_t i = *scanned; i < len; i++)
+    if (b[i] == '\n' && i > 0 && (b[i - 1] == '\n' || (i > 1 && b[i - 1] == '\r' && b[i - 2] == '\n')))
+      return 1;
+  *scanned = len;
+  return 0;
 }
 
 lct__http_route lct__http_route_of(const char *head) {

@@ -3,11 +3,29 @@
 
 #include "http_parse.h"
 
+/* Whether head, looked at whole, is complete. */
+static int complete(const char *head) {
+  size_t scanned = 0;
+  return lct__http_head_complete(head, strlen(head), &scanned);
+}
+
 Test(http_parse, head_complete) {
-  cr_assert(lct__http_head_complete("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
-  cr_assert(lct__http_head_complete("GET /healthz HTTP/1.0\n\n"));
-  cr_assert_not(lct__http_head_complete("GET /metrics HTTP/1.1\r\nHost: x\r\n"));
-  cr_assert_not(lct__http_head_complete(""));
+  cr_assert(complete("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+  cr_assert(complete("GET /healthz HTTP/1.0\n\n"));
+  cr_assert_not(complete("GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+  cr_assert_not(complete(""));
+}
+
+Test(http_parse, head_complete_a_byte_at_a_time) {
+  /* The empty line split across reads still ends the head, at its last byte. */
+  const char *heads[] = {"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "GET /healthz HTTP/1.0\n\n"};
+  for (size_t h = 0; h < 2; h++) {
+    size_t len = strlen(heads[h]), scanned = 0;
+    for (size_t n = 0; n < len; n++)
+      cr_assert_not(lct__http_head_complete(heads[h], n, &scanned), "head %zu ended after %zu bytes", h, n);
+    cr_assert_eq(scanned, len - 1, "each byte looked at once");
+    cr_assert(lct__http_head_complete(heads[h], len, &scanned));
+  }
 }
 
 Test(http_parse, routes) {

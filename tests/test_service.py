@@ -34,8 +34,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def scrape(port, path="/metrics"):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+def scrape(port, path="/metrics", timeout=5):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
         return r.status, r.headers.get("Content-Type"), r.read().decode()
 
 
@@ -242,6 +242,51 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual(metric(out.stdout, "lct_tensors"), 2)
         self.assertIn("lct_compression_ratio{dtype=\"bf16\"}", out.stdout)
         c.close()
+        self.assertEqual(d.stop(), 0)
+
+    def test_metrics_fair_under_slow_clients(self):
+        """200 connections that send half a request line and stall: scrapes keep succeeding, stalled ones are closed."""
+        d = self.start("--log-level", "warn")
+
+        def stall():
+            s = socket.create_connection(("127.0.0.1", d.http), timeout=10)
+            s.sendall(b"GET /metr")
+            return s
+
+        stalled = [stall() for _ in range(200)]
+        self.addCleanup(lambda: [s.close() for s in stalled])
+        scrapes = ok = 0
+        deadline = time.monotonic() + 30
+        while scrapes < 40 and time.monotonic() < deadline:
+            # Keep 200 open: those the server closed come back, as a slowloris client's do.
+            for i, s in enumerate(stalled):
+                s.setblocking(False)
+                try:
+                    gone = s.recv(1) == b""
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    s.close()
+                    stalled[i] = stall()
+            scrapes += 1
+            try:
+                ok += scrape(d.http, timeout=2)[0] == 200
+            except (OSError, urllib.error.URLError):
+                pass
+        self.assertGreaterEqual(ok, 0.95 * scrapes, f"{ok} of {scrapes} scrapes answered")
+        self.assertGreaterEqual(scrapes, 10)
+        # One that stalls alone is closed after the request-head deadline.
+        for s in stalled:
+            s.close()
+        s = stall()
+        s.settimeout(10)
+        started = time.monotonic()
+        self.assertEqual(s.recv(1), b"", "closed without a reply")
+        self.assertLess(time.monotonic() - started, 5)
+        s.close()
+        self.assertEqual(scrape(d.http)[0], 200)
         self.assertEqual(d.stop(), 0)
 
     # ---- 2. readiness (sd_notify) ------------------------------------------

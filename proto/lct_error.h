@@ -29,7 +29,7 @@ extern "C" {
   XX(EACCES, 15, "authentication required or failed")                         \
   XX(ETIMEDOUT, 16, "timed out")                                              \
   XX(ECONN, 17, "cannot connect or connection lost")                          \
-  XX(EBUSY, 18, "key is being written")                                       \
+  XX(EBUSY, 18, "server busy: too much in flight, retry later")               \
   XX(ECUDA, 19, "CUDA error")                                                 \
   XX(ENODEV, 20, "no usable GPU")                                             \
   XX(EIO, 21, "I/O error")                                                    \

@@ -31,6 +31,10 @@ typedef struct lct__config {
   char *ipc_group;               /* group of ipc sockets; "": the daemon's */
   int max_key_length;            /* longest key a put accepts */
   uint64_t max_tensor_size;      /* largest raw tensor a put accepts; 0: no limit */
+  int max_requests;              /* requests in flight over all connections */
+  uint64_t request_memory;       /* their bytes: messages held, replies being built */
+  int max_client_requests;       /* requests in flight on one connection */
+  uint64_t client_request_memory; /* their bytes */
   uint64_t drain_timeout_ms;     /* how long a stop waits for in-flight requests */
   char *persist_dir;             /* directory of tensor snapshots; "": no persistence */
   uint64_t save_interval_ms;     /* periodic saves to persist_dir; 0: none */

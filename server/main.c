@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "http.h"
+#include "inflight.h"
 #include "log.h"
 #include "notify.h"
 #include "persist.h"
@@ -215,7 +216,8 @@ static int lct__open_state(lct__server *srv, char *err, size_t errlen) {
   srv->loop = uv_default_loop();
   if ((rc = lct__workers_start(srv->loop, srv->threads, &srv->workers)) != 0 ||
       (rc = lct__store_create(&srv->stats, &srv->store)) != 0 ||
-      (rc = lct__staging_create(srv, &srv->staging)) != 0) {
+      (rc = lct__staging_create(srv, &srv->staging)) != 0 ||
+      (rc = lct__inflight_create(srv, &srv->inflight)) != 0) {
     fprintf(stderr, "lctd: %s\n", lct_strerror(rc));
     return rc;
   }
@@ -266,6 +268,9 @@ static void lct__announce(const lct__main *m) {
     lct__log_info("stats on http://%s/metrics", srv->cfg.metrics);
   if (srv->auth.len > 0)
     lct__log_info("tcp endpoints require the token of %s", srv->cfg.auth_token_file);
+  if (srv->cfg.request_memory / 2 < (uint64_t)lct_wire_msg_max(srv->cfg.frame_size))
+    lct__log_warn("request_memory %" PRIu64 " holds fewer than two messages of frame_size + 1M: while one that "
+                  "large is in flight, no other request is read", srv->cfg.request_memory);
   /* Every endpoint is bound and the pool reserved: ready for a service manager. */
   int rc = lct__notify("READY=1");
   if (rc < 0)
@@ -287,6 +292,8 @@ static int lct__close(lct__main *m) {
                   status ? "; some could not be written" : "");
   }
   lct__transport_free(srv->transport);
+  srv->transport = NULL;
+  lct__inflight_destroy(srv->inflight);
   lct__staging_destroy(srv->staging);
   lct__store_destroy(srv->store);
   lct__pool_destroy(srv->pool);

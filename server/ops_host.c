@@ -242,6 +242,8 @@ void lct__op_get(lct__request *rq) {
     lct__reply_error(rq, rc, "cannot allocate a %" PRIu64 "-byte reply", len);
     return;
   }
+  if (!lct__request_hold(rq, rq->reply_len)) /* its pages are touched only by the decode */
+    return;
   if (len == 0) {
     lct__get_done(rq, 0);
     return;

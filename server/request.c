@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "inflight.h"
 #include "lct_error.h"
 #include "log.h"
 #include "ops.h"
@@ -35,6 +36,8 @@ static const lct__op_fn lct__ops[] = {
 
 static void lct__request_free(lct__request *rq) {
   rq->srv->stats.in_flight--;
+  if (rq->load != NULL)
+    lct__inflight_end(rq->srv->inflight, rq->load, rq->held);
   if (rq->op_release != NULL)
     rq->op_release(rq);
   if (rq->hdr != NULL)
@@ -119,6 +122,17 @@ void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) {
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
   lct__reply_status(rq, err, -1, text);
+}
+
+int lct__request_hold(lct__request *rq, uint64_t bytes) {
+  char why[192];
+  int rc = lct__inflight_grow(rq->srv->inflight, rq->load, bytes, why, sizeof why);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "%s", why);
+    return 0;
+  }
+  rq->held += bytes;
+  return 1;
 }
 
 void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m) {
@@ -247,5 +261,11 @@ void lct__handle_message(void *arg, int sock, uint64_t conn, void *msg, size_t l
     lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);
     return;
   }
+  char why[192];
+  if ((rc = lct__inflight_admit(srv->inflight, conn, len, &rq->load, why, sizeof why)) != 0) {
+    lct__reply_error(rq, rc, "%s", why);
+    return;
+  }
+  rq->held = len;
   op(rq);
 }

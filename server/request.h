@@ -19,6 +19,8 @@ typedef struct lct__request {
   Lctpb__Request *hdr;
   void *reply_msg;      /* a reply being filled by codec workers (GET) */
   size_t reply_len;
+  struct lct__conn_load *load; /* its connection's requests in flight (inflight.h); NULL until admitted */
+  uint64_t held;        /* bytes it counts there: its message, and a reply it builds */
   void *op_state;       /* what the op holds until the request ends, */
   void (*op_release)(struct lct__request *rq); /* and how it lets go of it */
   uint64_t received;    /* uv_hrtime at receipt */
@@ -40,6 +42,11 @@ void lct__reply(lct__request *rq, Lctpb__Reply *rp, const void *payload, size_t 
 void lct__reply_error(lct__request *rq, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* An error reply; item >= 0 names the item of a _MANY request at fault. */
 void lct__reply_status(lct__request *rq, int err, long item, const char *text);
+
+/* Counts bytes more against the in-flight bounds while the request lasts (a
+ * reply it builds); answers LCT_EBUSY itself and returns 0 when they do not
+ * fit. */
+int lct__request_hold(lct__request *rq, uint64_t bytes);
 
 /* ---- what several ops check and answer alike ---- */
 

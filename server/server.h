@@ -18,6 +18,7 @@ typedef struct lct__transport lct__transport; /* transport.h */
 typedef struct lct__workers lct__workers;     /* workers.h */
 typedef struct lct__saves lct__saves;         /* persist.h */
 typedef struct lct__autosave lct__autosave;   /* persist.h */
+typedef struct lct__inflight lct__inflight;   /* inflight.h */
 
 typedef struct lct__server {
   uv_loop_t *loop;
@@ -26,6 +27,7 @@ typedef struct lct__server {
   lct__store *store;
   lct__staging *staging;
   lct__transport *transport;
+  lct__inflight *inflight;  /* requests in flight and their bytes, against the limits */
   lct__stats stats;
   lct__auth auth;              /* token of auth_token_file (tcp endpoints) */
   const char *backend_name;

@@ -163,6 +163,12 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
     lct__bprintf(&b, "lct_request_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n", lct__op_name(o, op), cum);
   }
   lct__metric(&b, "requests_in_flight", "gauge", "Requests received and not yet answered.", st->in_flight);
+  lct__metric(&b, "in_flight_bytes", "gauge",
+              "Request messages held and replies being built, over all connections (bounded by request_memory).",
+              st->inflight_bytes);
+  lct__metric(&b, "reads_paused_total", "counter",
+              "Times lctd stopped reading requests because max_requests or request_memory was reached.",
+              st->reads_paused);
   lct__metric(&b, "clients", "gauge", "Connections open on the nanomsg endpoints.", st->clients);
   lct__metric(&b, "received_bytes_total", "counter", "Message bytes received.", st->bytes_in);
   lct__metric(&b, "sent_bytes_total", "counter", "Message bytes sent.", st->bytes_out);

@@ -53,6 +53,8 @@ typedef struct lct__stats {
   uint64_t dtype_raw[LCT_DTYPE_COUNT];     /* their raw bytes */
   uint64_t dtype_stored[LCT_DTYPE_COUNT];  /* their coded bytes */
   uint64_t in_flight;         /* requests received and not yet answered */
+  uint64_t inflight_bytes;    /* request messages held and replies being built (inflight.c) */
+  uint64_t reads_paused;      /* times reading stopped at max_requests or request_memory */
   uint64_t clients;           /* connections open on the nanomsg endpoints */
   uint64_t reloads;           /* SIGHUP reloads that succeeded */
   uint64_t reload_failures;   /* SIGHUP reloads refused (bad configuration) */

@@ -32,6 +32,7 @@ typedef struct lct__sock {
 struct lct__transport {
   lct__on_message cb;
   void *arg;
+  int paused;      /* lct__transport_pause */
   int n;
   lct__sock socks[];
 };
@@ -72,7 +73,7 @@ static void lct__on_readable(uv_poll_t *h, int status, int events) {
     lct__log_error("%s: poll: %s", s->endpoint, uv_strerror(status));
     return;
   }
-  for (int i = 0; i < LCT__RECV_BATCH && s->polling; i++) {
+  for (int i = 0; i < LCT__RECV_BATCH && s->polling && !s->t->paused; i++) {
     void *msg = NULL, *control = NULL;
     struct nn_iovec iov;
     struct nn_msghdr hdr;
@@ -198,6 +199,19 @@ uint64_t lct__transport_clients(const lct__transport *t) {
       n += c;
   }
   return n;
+}
+
+void lct__transport_pause(lct__transport *t, int paused) {
+  t->paused = paused;
+  for (int i = 0; i < t->n; i++) {
+    lct__sock *s = &t->socks[i];
+    if (!s->polling) /* stopped for good */
+      continue;
+    if (paused)
+      uv_poll_stop(&s->poll);
+    else /* NN_RCVFD stays readable while messages wait: the poll fires for them */
+      uv_poll_start(&s->poll, UV_READABLE, lct__on_readable);
+  }
 }
 
 void lct__transport_stop(lct__transport *t) {

@@ -39,6 +39,10 @@ uint64_t lct__transport_clients(const lct__transport *t);
  * reply, as nanomsg's xrep defines. Returns 0 or LCT_EIO. */
 int lct__transport_send(lct__transport *t, int sock, void *control, void *msg, size_t len);
 
+/* Stops (paused 1) or resumes reading every socket; replies still go out.
+ * While paused, nanomsg holds at most one unread message per connection. */
+void lct__transport_pause(lct__transport *t, int paused);
+
 /* Stops polling; call before the loop's last run. */
 void lct__transport_stop(lct__transport *t);
 /* Closes the sockets and frees; after the loop has ended. */

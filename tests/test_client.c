@@ -777,6 +777,166 @@ Test(client, full_pool_chunked, .init = start_full_pool_chunked, .fini = stop) {
   full_pool_checks(daemon_.tcp);
 }
 
+/* ---- clients that never read their replies ------------------------------------ */
+
+/* A figure of /proc/PID/status in KiB (VmRSS: resident now, VmHWM: peak). */
+static uint64_t proc_kib(pid_t pid, const char *field) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  uint64_t v = 0;
+  size_t n = strlen(field);
+  while (fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, field, n) == 0 && line[n] == ':')
+      v = strtoull(line + n + 1, NULL, 10);
+  fclose(f);
+  cr_assert_gt(v, 0, "no %s in %s", field, path);
+  return v;
+}
+
+/* Sends a whole-tensor GET of key and returns without reading the reply. */
+static void send_get(int sock, const char *key) {
+  Lctpb__Request g = LCTPB__REQUEST__INIT;
+  g.op = LCTPB__OP__OP_GET;
+  raw_key(&g, key);
+  size_t h = lctpb__request__get_packed_size(&g);
+  uint8_t m[256];
+  cr_assert_leq(LCT_WIRE_PREFIX_BYTES + h, sizeof m);
+  lct_wire_prefix(m, h);
+  lctpb__request__pack(&g, m + LCT_WIRE_PREFIX_BYTES);
+  cr_assert_eq(nn_send(sock, m, LCT_WIRE_PREFIX_BYTES + h, 0), (int)(LCT_WIRE_PREFIX_BYTES + h));
+}
+
+/* One codec thread: the clients' sockets keep up with the replies. Under
+ * AddressSanitizer lctd's resident memory means what it holds only when
+ * freed blocks are reused at once, not quarantined. */
+static void start_bounded(void) {
+  const char *asan = getenv("ASAN_OPTIONS");
+  char opts[512];
+  snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0", asan ? asan : "", asan && *asan ? ":" : "");
+  setenv("ASAN_OPTIONS", opts, 1);
+  const char *extra[] = {"--request-memory", "24M", "--threads", "1", NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+Test(client, unread_replies_bounded, .init = start_bounded, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = 2u << 20; /* 4 MiB of bf16: its decode takes a while */
+  uint8_t *big = bf16_data(21, n), *small = bf16_data(22, 32768);
+  put_ok(c, "big", LCT_DTYPE_BF16, big, n * 2, NULL);
+  /* The peak from here on (writing 5 resets VmHWM to VmRSS). */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/clear_refs", (int)daemon_.pid);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs("5", f);
+  fclose(f);
+  uint64_t base = proc_kib(daemon_.pid, "VmRSS");
+  /* 96 connections each ask for the whole tensor and never read the reply. */
+  enum { N = 96 };
+  int socks[N];
+  for (int i = 0; i < N; i++) {
+    socks[i] = nn_socket(AF_SP, NN_REQ);
+    cr_assert(socks[i] >= 0 && nn_connect(socks[i], daemon_.ipc) >= 0);
+    send_get(socks[i], "big");
+  }
+  /* Meanwhile a client that reads its replies is served, every time. */
+  uint64_t rss_max = 0;
+  for (int i = 0; i < 20; i++) {
+    put_ok(c, "small", LCT_DTYPE_BF16, small, 65536, NULL);
+    get_equals(c, "small", small, 65536);
+    uint64_t rss = proc_kib(daemon_.pid, "VmRSS");
+    rss_max = rss > rss_max ? rss : rss_max;
+  }
+  /* Every GET answered (20 of them this client's): only this STATS request is left in flight. */
+  const char *ok = "lct_requests_total{op=\"get\",status=\"ok\"} ";
+  for (int i = 0; i < 1000 && test_metric(c, ok) < N + 20; i++) test_sleep_ms(10);
+  cr_assert_eq(test_metric(c, ok), N + 20, "the unread GETs were served, not refused");
+  cr_assert_eq(test_metric(c, "lct_requests_in_flight "), 1);
+  uint64_t peak = proc_kib(daemon_.pid, "VmHWM");
+  rss_max = rss_max > peak ? rss_max : peak;
+  /* 96 replies of 4 MiB would be 384 MiB; request_memory holds lctd to 24 MiB of them being built, and
+   * the replies nanomsg still sends add a few (before the bound, lctd grew by 280 to 350 MiB here). */
+  cr_assert_lt(rss_max - base, 96 << 10, "lctd grew by %" PRIu64 " KiB (from %" PRIu64 " KiB)", rss_max - base, base);
+  cr_assert_lt(test_metric(c, "lct_in_flight_bytes "), 4096, "in-flight bytes return to the STATS request's own");
+  cr_assert_gt(test_metric(c, "lct_reads_paused_total "), 0, "lctd stopped reading at request_memory");
+  for (int i = 0; i < N; i++) nn_close(socks[i]);
+  free(big);
+  free(small);
+  lct_close(c);
+}
+
+static void start_one_thread(void) {
+  const char *extra[] = {"--threads", "1", "--max-client-requests", "2", NULL};
+  test_lctd_start(&daemon_, extra);
+}
+
+Test(client, requests_per_connection_bounded, .init = start_one_thread, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  size_t n = 8u << 20; /* 16 MiB of bf16: one codec thread takes a while over each */
+  uint8_t *big = bf16_data(23, n);
+  put_ok(c, "big", LCT_DTYPE_BF16, big, n * 2, NULL);
+  /* A raw socket need not wait for replies: it sends 8 GETs at once. */
+  int s = nn_socket(AF_SP_RAW, NN_REQ);
+  cr_assert(s >= 0 && nn_connect(s, daemon_.ipc) >= 0);
+  int t = 1000, max = -1;
+  nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
+  nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max, sizeof max);
+  test_sleep_ms(50); /* connected: a raw socket drops what it cannot send yet */
+  for (uint32_t i = 0; i < 8; i++) {
+    uint8_t m[256];
+    Lctpb__Request g = LCTPB__REQUEST__INIT;
+    g.op = LCTPB__OP__OP_GET;
+    raw_key(&g, "big");
+    size_t h = lctpb__request__get_packed_size(&g);
+    uint32_t id = htonl(0x80000000u | i); /* the request id a REQ socket puts first */
+    memcpy(m, &id, 4);
+    lct_wire_prefix(m + 4, h);
+    lctpb__request__pack(&g, m + 4 + LCT_WIRE_PREFIX_BYTES);
+    cr_assert_eq(nn_send(s, m, 4 + LCT_WIRE_PREFIX_BYTES + h, 0), (int)(4 + LCT_WIRE_PREFIX_BYTES + h));
+  }
+  /* Every GET is answered: two at a time served, the others refused. */
+  const char *ok = "lct_requests_total{op=\"get\",status=\"ok\"} ";
+  const char *busy = "lct_requests_total{op=\"get\",status=\"LCT_EBUSY\"} ";
+  uint64_t served = 0, refused = 0;
+  for (int i = 0; i < 1000 && served + refused < 8; i++) {
+    test_sleep_ms(10);
+    char *text;
+    cr_assert_eq(lct_stats(c, NULL, &text), 0);
+    const char *p = strstr(text, ok), *q = strstr(text, busy);
+    served = p != NULL ? strtoull(p + strlen(ok), NULL, 10) : 0;
+    refused = q != NULL ? strtoull(q + strlen(busy), NULL, 10) : 0;
+    lct_free(text);
+  }
+  cr_assert_eq(served + refused, 8);
+  cr_assert_geq(served, 2, "the first two are served");
+  cr_assert_gt(refused, 0, "GETs past max_client_requests are refused");
+  /* The replies that reach the socket (nanomsg drops those sent while it
+   * still receives another) are whole tensors or refusals naming the bound. */
+  for (;;) {
+    void *buf;
+    int len = nn_recv(s, &buf, NN_MSG, 0);
+    if (len < 0)
+      break;
+    lct_wire_frame f;
+    Lctpb__Reply *rp;
+    cr_assert_eq(lct_wire_split(buf, (size_t)len, &f), 0); /* the request id is in the routing header */
+    cr_assert_eq(lct_wire_reply_parse(&f, &rp), 0);
+    if (rp->status == (uint32_t)-LCT_EBUSY)
+      cr_assert(strstr(rp->message, "max_client_requests 2"), "%s", rp->message);
+    else
+      cr_assert(rp->status == 0 && f.payload_len == n * 2, "status %u: %s", rp->status, rp->message);
+    lctpb__reply__free_unpacked(rp, NULL);
+    nn_freemsg(buf);
+  }
+  /* Another connection is not held to this one's bound. */
+  get_equals(c, "big", big, n * 2);
+  nn_close(s);
+  free(big);
+  lct_close(c);
+}
+
 /* ---- declarations too large for any pool ------------------------------------- */
 
 /* A put-begin of dtype and shape: its status, its message in msg. */

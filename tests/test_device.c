@@ -1,5 +1,6 @@
 /* test_device.c — lct_put_device and lct_get_device against a real lctd: device to device on the cuda backend, the host path (counted) on the cpu backend. */
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <pthread.h>
 
 #include "lct_checksum.h"
@@ -501,4 +502,104 @@ Test(device, many_cpu_backend_falls_back, .fini = stop) {
   CUDA_CHECK(cudaFree(src));
   CUDA_CHECK(cudaFree(dst));
   lct_close(c);
+}
+
+/* ---- a blob corrupted at rest ------------------------------------------------- */
+
+/* Plants fault in the first blob of snapshot file path (deploy/README.md,
+ * Persistence) and makes the file's own CRC-32C right again, so that it is
+ * restored and only the decoder finds the fault. */
+static void corrupt_snapshot(const char *path, const char *fault) {
+  FILE *f = fopen(path, "r+b");
+  cr_assert_not_null(f, "%s", path);
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  uint8_t *d = malloc((size_t)len);
+  fseek(f, 0, SEEK_SET);
+  cr_assert_eq(fread(d, 1, (size_t)len, f), (size_t)len);
+  uint32_t key_len, n_seg, flags;
+  memcpy(&key_len, d + 8, 4);
+  memcpy(&n_seg, d + 20, 4);
+  memcpy(&flags, d + 108, 4);
+  cr_assert_eq(flags & 1, 0, "a raw tensor's file holds no codebook");
+  size_t blob = 112 + key_len + 24 * (size_t)n_seg;
+  uint64_t first;
+  memcpy(&first, d + blob + 40, 8); /* the chunk table follows the 40-byte header (raw: no codebook) */
+  size_t chunk = blob + (size_t)first;
+  if (strcmp(fault, "bad-version") == 0)
+    d[blob + 4] = 2;       /* the format version byte */
+  else if (strcmp(fault, "bad-check") == 0)
+    d[chunk + 4] ^= 0x01;  /* a raw chunk's check */
+  else
+    d[chunk] = 9;          /* an unknown chunk mode */
+  uint32_t crc = lct_crc32c(0, d, (size_t)len - 4);
+  memcpy(d + len - 4, &crc, 4);
+  fseek(f, 0, SEEK_SET);
+  cr_assert_eq(fwrite(d, 1, (size_t)len, f), (size_t)len);
+  fclose(f);
+  free(d);
+}
+
+Test(device, corrupt_blob_is_ecorrupt, .fini = stop) {
+  NEED_GPU();
+  char dir[] = "/tmp/lct-test-corrupt-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  setenv("LCT_TEST_BACKEND", "cuda", 1);
+  const char *extra[] = {"--memory", "512M", "--threads", "4", "--persist-dir", dir, NULL};
+  test_lctd_start(&lctd, extra);
+  const char *faults[] = {"bad-version", "bad-check", "bad-structure"};
+  uint8_t data[3072];
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)i;
+  uint64_t shape[1] = {sizeof data};
+  lct_client *c = test_connect(lctd.ipc);
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(lct_put(c, faults[i], LCT_DTYPE_RAW, shape, 1, data, sizeof data, NULL), 0, "%s", lct_last_error(c));
+  lct_close(c);
+  test_lctd_stop(&lctd); /* saves */
+  DIR *dd = opendir(dir);
+  cr_assert_not_null(dd);
+  int planted = 0;
+  for (struct dirent *de; (de = readdir(dd)) != NULL;) {
+    if (de->d_name[0] == '.')
+      continue;
+    char path[512], key[64] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    FILE *f = fopen(path, "rb");
+    uint8_t head[112 + 32];
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    uint32_t key_len;
+    memcpy(&key_len, head + 8, 4);
+    cr_assert(got == sizeof head && key_len < sizeof key);
+    memcpy(key, head + 112, key_len);
+    corrupt_snapshot(path, key);
+    planted++;
+  }
+  closedir(dd);
+  cr_assert_eq(planted, 3);
+  test_lctd_start(&lctd, extra);
+  c = test_connect(lctd.ipc);
+  uint8_t *dev;
+  CUDA_CHECK(cudaMalloc((void **)&dev, sizeof data));
+  for (int i = 0; i < 3; i++) {
+    int rc = lct_get_device(c, faults[i], dev, sizeof data, NULL);
+    cr_assert_eq(rc, LCT_ECORRUPT, "device get of %s: %s (%s)", faults[i], lct_strerror(rc), lct_last_error(c));
+    uint8_t back[sizeof data];
+    rc = lct_get(c, faults[i], back, sizeof back, NULL);
+    cr_assert_eq(rc, LCT_ECORRUPT, "host get of %s: %s (%s)", faults[i], lct_strerror(rc), lct_last_error(c));
+  }
+  cr_assert_eq(test_metric(c, "lct_errors_total{kind=\"LCT_ECORRUPT\"} "), 6);
+  CUDA_CHECK(cudaFree(dev));
+  lct_close(c);
+  test_lctd_stop(&lctd);
+  dd = opendir(dir);
+  for (struct dirent *de; dd != NULL && (de = readdir(dd)) != NULL;) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    if (de->d_name[0] != '.')
+      unlink(path);
+  }
+  if (dd != NULL)
+    closedir(dd);
+  rmdir(dir);
 }

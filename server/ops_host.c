@@ -242,7 +242,7 @@ void lct__op_get(lct__request *rq) {
     lct__reply_error(rq, rc, "cannot allocate a %" PRIu64 "-byte reply", len);
     return;
   }
-  if (!lct__request_hold(rq, rq->reply_len)) /* its pages are touched only by the decode */
+  if (!lct__request_hold(rq, rq->reply_len)) /* refused before the decode has touched its pages */
     return;
   if (len == 0) {
     lct__get_done(rq, 0);

@@ -4,6 +4,7 @@
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <nanomsg/tcp.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,12 +154,8 @@ static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int time
 
 /* Packs the frame prefix and rq's header into c->hdr; its length in *len. */
 static int lct__pack(lct_client *c, Lctpb__Request *rq, size_t plen, size_t *len) {
+  *len = 0;
   rq->payload_bytes = plen;
-  if (c->token_len > 0) {
-    rq->has_auth_token = 1;
-    rq->auth_token.data = c->token;
-    rq->auth_token.len = c->token_len;
-  }
   size_t hlen = lctpb__request__get_packed_size(rq);
   if (hlen > LCT_WIRE_HEADER_MAX)
     return lct__fail(c, LCT_E2BIG, "request header of %zu bytes", hlen);
@@ -183,7 +180,9 @@ static int lct__pack(lct_client *c, Lctpb__Request *rq, size_t plen, size_t *len
  * Leaves c->err to the caller. */
 static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
-  rq.op = LCTPB__OP__OP_PING;
+  /* With a token, AUTH asking for a challenge: a ping that an lctd which
+   * authenticates answers on a new connection without a refusal. */
+  rq.op = c->token_len > 0 ? LCTPB__OP__OP_AUTH : LCTPB__OP__OP_PING;
   size_t len;
   int rc = lct__pack(c, &rq, 0, &len);
   if (rc != 0)
@@ -211,6 +210,109 @@ static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
   return LCT_ERESTARTED;
 }
 
+/* Packs rq, sends it with plen payload bytes and parses the reply into *out,
+ * whatever its status: 0, or lct__exchange's error (and *lost) or
+ * LCT_EPROTO. */
+static int lct__round_trip(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, int timeout_ms,
+                           int *lost, lct__reply *out) {
+  memset(out, 0, sizeof *out);
+  *lost = 0;
+  size_t len;
+  int rc = lct__pack(c, rq, plen, &len);
+  if (rc != 0)
+    return rc;
+  struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
+  int n;
+  void *msg;
+  if ((rc = lct__exchange(c, iov, plen > 0 ? 2 : 1, timeout_ms, lost, &msg, &n)) != 0)
+    return rc;
+  lct_wire_frame f;
+  rc = lct_wire_split(msg, (size_t)n, &f);
+  if (rc == 0)
+    rc = lct_wire_reply_parse(&f, &out->hdr);
+  if (rc != 0) {
+    nn_freemsg(msg);
+    return lct__fail(c, rc, "malformed reply from the server");
+  }
+  out->msg = msg;
+  out->payload = f.payload;
+  out->payload_len = f.payload_len;
+  return 0;
+}
+
+/* A reply's nonzero status as the call's error, with the server's words;
+ * frees the reply. */
+static int lct__status_fail(lct_client *c, lct__reply *r, const char *hint) {
+  uint32_t status = r->hdr->status;
+  int rc = status < 64 ? -(int)status : LCT_EPROTO;
+  c->failed_item = r->hdr->has_failed_item ? r->hdr->failed_item : SIZE_MAX;
+  lct__fail(c, rc, "%s%s", r->hdr->message != NULL ? r->hdr->message : lct_strerror(rc), hint);
+  lct__reply_free(r);
+  return rc;
+}
+
+/* Answers the challenge nonce with the token's proof (proto/lct_auth.h): 0
+ * once lctd has authenticated the connection. A challenge lctd no longer
+ * holds is answered once more, with the new one its refusal carries. */
+static int lct__answer(lct_client *c, const uint8_t nonce[LCT_AUTH_NONCE_BYTES], int timeout_ms) {
+  uint8_t server_nonce[LCT_AUTH_NONCE_BYTES], client_nonce[LCT_AUTH_NONCE_BYTES], proof[LCT_AUTH_PROOF_BYTES];
+  memcpy(server_nonce, nonce, sizeof server_nonce);
+  for (int attempt = 0;; attempt++) {
+    lct_auth_random(client_nonce, sizeof client_nonce);
+    lct_auth_proof(c->token, c->token_len, server_nonce, client_nonce, proof);
+    Lctpb__Request rq = LCTPB__REQUEST__INIT;
+    rq.op = LCTPB__OP__OP_AUTH;
+    rq.has_auth_client_nonce = rq.has_auth_proof = 1;
+    rq.auth_client_nonce = (ProtobufCBinaryData){sizeof client_nonce, client_nonce};
+    rq.auth_proof = (ProtobufCBinaryData){sizeof proof, proof};
+    lct__reply r;
+    int lost, rc = lct__round_trip(c, &rq, NULL, 0, timeout_ms, &lost, &r);
+    if (rc != 0)
+      return rc;
+    if (r.hdr->status == 0) {
+      lct__reply_free(&r);
+      return 0;
+    }
+    if (r.hdr->status != (uint32_t)-LCT_EACCES || !r.hdr->has_auth_nonce || attempt > 0)
+      return lct__status_fail(c, &r, "");
+    memcpy(server_nonce, r.hdr->auth_nonce.data, sizeof server_nonce);
+    lct__reply_free(&r);
+  }
+}
+
+/* Authenticates a new connection (the first call's, or one since broken)
+ * before a request goes out on it: AUTH asks for a challenge, which the
+ * token answers. An endpoint that authenticates nobody answers without one,
+ * an lctd from before AUTH with LCT_EOP: nothing to prove there. */
+static int lct__authenticate(lct_client *c, int timeout_ms) {
+  uint64_t breaks = lct__breaks(c);
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_AUTH;
+  lct__reply r;
+  int lost, rc = lct__round_trip(c, &rq, NULL, 0, timeout_ms, &lost, &r);
+  if (rc != 0)
+    return rc;
+  if (r.hdr->status == 0 && r.hdr->has_auth_nonce) {
+    uint8_t nonce[LCT_AUTH_NONCE_BYTES];
+    memcpy(nonce, r.hdr->auth_nonce.data, sizeof nonce);
+    lct__reply_free(&r);
+    rc = lct__answer(c, nonce, timeout_ms);
+  } else if (r.hdr->status == 0 || r.hdr->status == (uint32_t)-LCT_EOP) {
+    lct__reply_free(&r);
+  } else {
+    rc = lct__status_fail(c, &r,
+                          r.hdr->status == (uint32_t)-LCT_EACCES
+                              ? " (an lctd from before challenge-response wants the token itself, which liblct "
+                                "never sends: upgrade lctd)"
+                              : "");
+  }
+  if (rc == 0) {
+    c->authenticated = 1;
+    c->auth_breaks = breaks;
+  }
+  return rc;
+}
+
 /* lct__call with a timeout of its own. */
 static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, int timeout_ms,
                             lct__reply *out) {
@@ -231,58 +333,58 @@ static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *paylo
                 c->grace_ms);
     return rc;
   }
-  size_t len;
-  if ((rc = lct__pack(c, rq, plen, &len)) != 0)
+  if (c->token_len > 0 && (!c->authenticated || lct__breaks(c) != c->auth_breaks) &&
+      (rc = lct__authenticate(c, timeout_ms)) != 0)
     return rc;
-  struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
-  int lost, n;
-  void *msg;
-  rc = lct__exchange(c, iov, plen > 0 ? 2 : 1, timeout_ms, &lost, &msg, &n);
-  if (rc != 0 && lost) {
-    int probe = lct__probe(c, -1, &was);
-    if (probe == LCT_ERESTARTED)
-      return lct__fail(c, probe,
-                       "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 ") while this request was in "
-                       "flight: it may or may not have run on the old one, and was not sent again",
-                       c->instance, was);
-    return lct__fail(c, rc,
-                     "the connection to lctd broke while this request was in flight: it may or may not have run%s",
-                     probe == 0 ? ", and was not sent again" : "; lctd has not answered since");
-  }
-  if (rc != 0)
-    return rc;
-  lct_wire_frame f;
-  rc = lct_wire_split(msg, (size_t)n, &f);
-  if (rc == 0)
-    rc = lct_wire_reply_parse(&f, &out->hdr);
-  if (rc != 0) {
-    nn_freemsg(msg);
-    return lct__fail(c, rc, "malformed reply from the server");
-  }
-  out->msg = msg;
-  out->payload = f.payload;
-  out->payload_len = f.payload_len;
-  if (out->hdr->has_instance && out->hdr->instance != c->instance) {
-    was = c->instance;
-    c->instance = out->hdr->instance;
-    if (was != 0) {
-      lct__reply_free(out);
-      return lct__fail(c, LCT_ERESTARTED,
-                       "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 "): this request ran on the "
-                       "new one; what the old one held and had not saved is gone",
-                       c->instance, was);
+  for (int attempt = 0;; attempt++) {
+    int lost;
+    rc = lct__round_trip(c, rq, payload, plen, timeout_ms, &lost, out);
+    if (rc != 0 && lost) {
+      int probe = lct__probe(c, -1, &was);
+      if (probe == LCT_ERESTARTED)
+        return lct__fail(c, probe,
+                         "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 ") while this request was "
+                         "in flight: it may or may not have run on the old one, and was not sent again",
+                         c->instance, was);
+      return lct__fail(c, rc,
+                       "the connection to lctd broke while this request was in flight: it may or may not have "
+                       "run%s", probe == 0 ? ", and was not sent again" : "; lctd has not answered since");
     }
+    if (rc != 0)
+      return rc;
+    if (out->hdr->has_instance && out->hdr->instance != c->instance) {
+      was = c->instance;
+      c->instance = out->hdr->instance;
+      if (was != 0) {
+        lct__reply_free(out);
+        return lct__fail(c, LCT_ERESTARTED,
+                         "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 "): this request ran on "
+                         "the new one; what the old one held and had not saved is gone",
+                         c->instance, was);
+      }
+    }
+    uint32_t status = out->hdr->status;
+    if (status == 0) {
+      c->err[0] = '\0';
+      return 0;
+    }
+    if (status != (uint32_t)-LCT_EACCES || !out->hdr->has_auth_nonce || c->token_len == 0 || attempt > 0)
+      return lct__status_fail(c, out,
+                              out->hdr->has_auth_nonce && c->token_len == 0
+                                  ? " (no token given: lct_options.auth_token_file or $LCT_AUTH_TOKEN_FILE)"
+                                  : "");
+    /* The connection is not (or no longer) authenticated: lctd refused the
+     * request without running it, so it goes again once the challenge its
+     * refusal carries is answered. */
+    uint8_t nonce[LCT_AUTH_NONCE_BYTES];
+    memcpy(nonce, out->hdr->auth_nonce.data, sizeof nonce);
+    lct__reply_free(out);
+    uint64_t breaks = lct__breaks(c);
+    if ((rc = lct__answer(c, nonce, timeout_ms)) != 0)
+      return rc;
+    c->authenticated = 1;
+    c->auth_breaks = breaks;
   }
-  uint32_t status = out->hdr->status;
-  if (status == 0) {
-    c->err[0] = '\0';
-    return 0;
-  }
-  rc = status < 64 ? -(int)status : LCT_EPROTO;
-  c->failed_item = out->hdr->has_failed_item ? out->hdr->failed_item : SIZE_MAX;
-  lct__fail(c, rc, "%s", out->hdr->message != NULL ? out->hdr->message : lct_strerror(rc));
-  lct__reply_free(out);
-  return rc;
 }
 
 int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, lct__reply *out) {
@@ -358,7 +460,9 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   /* The first ping may wait the whole connect timeout for lctd to come up. */
   c->timeout_ms = c->grace_ms = connect_timeout;
   const char *token_file = o.auth_token_file != NULL ? o.auth_token_file : getenv("LCT_AUTH_TOKEN_FILE");
-  if (token_file != NULL && *token_file != '\0' && lct_token_file_read(token_file, c->token, &c->token_len) != 0) {
+  if (token_file != NULL && *token_file != '\0' &&
+      (lct_token_file_read(token_file, c->token, &c->token_len) != 0 || lct_auth_init() != 0)) {
+    sodium_memzero(c->token, sizeof c->token);
     free(c);
     return LCT_EACCES;
   }
@@ -410,6 +514,7 @@ void lct_close(lct_client *c) {
   lct__jobs_stop(c);
   nn_close(c->sock);
   free(c->hdr);
+  sodium_memzero(c->token, sizeof c->token);
   free(c);
 }
 

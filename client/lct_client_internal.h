@@ -61,7 +61,9 @@ struct lct_client {
   uint8_t *hdr;          /* prefix + packed request header */
   size_t hdr_cap;
   size_t token_len;      /* 0: no auth token */
-  uint8_t token[LCT_TOKEN_MAX];
+  uint8_t token[LCT_TOKEN_MAX]; /* proves itself by challenge-response; never sent */
+  int authenticated;     /* a connection authenticated with token (or needing none) */
+  uint64_t auth_breaks;  /* broken connections counted when it did: another since, and a new one does again */
   char err[512];
   size_t failed_item;    /* a failed _MANY request's item at fault (the server's failed_item); SIZE_MAX: none */
 #ifdef LCT_CLIENT_CUDA

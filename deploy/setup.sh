@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # setup.sh [--test] — installs the Debian/Ubuntu packages LCT builds and runs with; --test adds those its tests need.
 set -euo pipefail
-# Build and run: compiler and CMake, lctd's and liblct's libraries, the benchmarks' zstd, the Python binding.
+# Build and run: compiler and CMake, lctd's and liblct's libraries (libsodium: the challenge-response), the
+# benchmarks' zstd, the Python binding.
 pkgs=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnanomsg-dev
-      libzstd-dev python3 python3-numpy)
+      libsodium-dev libzstd-dev python3 python3-numpy)
 case "${1:-}" in
   "") ;;
   # Criterion for the C tests, systemd-analyze to verify the unit, promtool to check /metrics,

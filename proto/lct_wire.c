@@ -66,7 +66,9 @@ int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out) {
   else if ((rq->has_prefix && rq->prefix.len > LCT_KEY_MAX) ||
            (rq->has_cursor && rq->cursor.len > LCT_KEY_MAX))
     rc = LCT_ENAMETOOLONG;
-  else if (rq->has_auth_token && rq->auth_token.len > LCT_TOKEN_MAX)
+  else if ((rq->has_auth_token && rq->auth_token.len > LCT_TOKEN_MAX) ||
+           (rq->has_auth_client_nonce && rq->auth_client_nonce.len != LCT_AUTH_NONCE_BYTES) ||
+           (rq->has_auth_proof && rq->auth_proof.len != LCT_AUTH_PROOF_BYTES))
     rc = LCT_EPROTO;
   else if (rq->device != NULL && (rq->device->ipc_handle.len != LCT_IPC_HANDLE_BYTES ||
                                    rq->device->gpu_uuid.len != LCT_GPU_UUID_BYTES ||
@@ -96,6 +98,7 @@ int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out) {
   /* A reply is held to the limits of a request: its counts, keys and shapes. */
   int bad = rp->payload_bytes != frame->payload_len || (rp->meta != NULL && lct__meta_check(rp->meta)) ||
             rp->n_entries > LCT_LIST_MAX || rp->n_metas > LCT_DEVICE_ITEMS_MAX ||
+            (rp->has_auth_nonce && rp->auth_nonce.len != LCT_AUTH_NONCE_BYTES) ||
             (rp->has_next_cursor && lct_wire_key_check(rp->next_cursor.data, rp->next_cursor.len));
   for (size_t i = 0; i < rp->n_metas && !bad; i++)
     bad = lct__meta_check(rp->metas[i]) != 0;

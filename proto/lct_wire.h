@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "lct.pb-c.h"
+#include "lct_auth.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,15 +51,16 @@ void lct_wire_prefix(uint8_t *dst, size_t header_len);
 /* Unpacks and validates a request header against the frame: op present,
  * payload_bytes equal to the payload length, key/prefix/cursor lengths, the
  * shape rank of meta and of every item's meta, the item count, every
- * item's key, the auth token's length and the device buffer's handle, UUID
- * and boot id lengths within bounds. On success *out must be freed with
+ * item's key, the lengths of the auth token, client nonce and proof, and
+ * the device buffer's handle, UUID and boot id lengths within bounds. On success *out must be freed with
  * lctpb__request__free_unpacked(*out, NULL). Returns 0, LCT_EPROTO,
  * LCT_ENAMETOOLONG (key empty or over LCT_KEY_MAX), LCT_EINVAL (NUL in key)
  * or LCT_E2BIG (more than LCT_DEVICE_ITEMS_MAX items). */
 int lct_wire_request_parse(const lct_wire_frame *frame, Lctpb__Request **out);
 
-/* Unpacks a reply header and checks payload_bytes against the frame, and its
- * counts, keys and shapes against the limits requests have. */
+/* Unpacks a reply header and checks payload_bytes against the frame, its
+ * counts, keys and shapes against the limits requests have, and the
+ * challenge's length. */
 int lct_wire_reply_parse(const lct_wire_frame *frame, Lctpb__Reply **out);
 
 /* This host's boot id (/proc/sys/kernel/random/boot_id, LCT_BOOT_ID_BYTES

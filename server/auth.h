@@ -1,4 +1,4 @@
-/* auth.h — the shared token of tcp endpoints: read from auth_token_file, compared in constant time. */
+/* auth.h — credentials: the token of auth_token_file, and which credential a challenge's proof or a plain token is. */
 #ifndef LCT_SERVER_AUTH_H
 #define LCT_SERVER_AUTH_H
 
@@ -9,8 +9,15 @@
 
 #define LCT__TOKEN_MIN 16 /* shortest token accepted: guessing must not be practical */
 
+/* Who a connection or request is: a tenant's index in the access file's
+ * (sorted) tenants, or one of these. */
+#define LCT__WHO_NONE (-2) /* nobody: no credential matched */
+#define LCT__WHO_ALL (-1)  /* every key: auth_token_file's token, or an endpoint that needs none */
+
+typedef struct lct__access lct__access; /* access.h */
+
 typedef struct lct__auth {
-  size_t len; /* 0: no token configured, every request passes */
+  size_t len; /* 0: no token configured */
   uint8_t token[LCT_TOKEN_MAX];
 } lct__auth;
 
@@ -19,8 +26,19 @@ typedef struct lct__auth {
  * naming auth_token_file, the path and what is expected. */
 int lct__auth_load(const char *path, lct__auth *out, char *err, size_t errlen);
 
-/* Whether given (len bytes, NULL when absent) matches the token, in time
- * that depends on the lengths only. Always 1 when no token is configured. */
-int lct__auth_check(const lct__auth *a, const uint8_t *given, size_t len);
+/* Whether given (glen bytes) is token (len bytes), in time that depends on
+ * the lengths only. */
+int lct__token_equal(const uint8_t *token, size_t len, const uint8_t *given, size_t glen);
+
+/* Whose token made proof for the challenge server_nonce and the client's
+ * client_nonce: LCT__WHO_ALL (a's), a tenant of acc (NULL: none), or
+ * LCT__WHO_NONE. Every credential's proof is computed and compared in
+ * constant time, so the time says nothing of which matched. */
+int lct__auth_prove(const lct__auth *a, const lct__access *acc, const uint8_t server_nonce[LCT_AUTH_NONCE_BYTES],
+                    const uint8_t client_nonce[LCT_AUTH_NONCE_BYTES], const uint8_t proof[LCT_AUTH_PROOF_BYTES]);
+
+/* Whose token given is (a client before AUTH, with auth_plain_token on), as
+ * lct__auth_prove answers. */
+int lct__auth_plain(const lct__auth *a, const lct__access *acc, const uint8_t *given, size_t len);
 
 #endif

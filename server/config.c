@@ -41,6 +41,7 @@ typedef struct lct__cfg_def {
 
 static const char *const lct__backends[] = {"auto", "cpu", "cuda", NULL};
 static const char *const lct__levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const lct__off_on[] = {"off", "on", NULL};
 
 #define LCT__OFF(f) offsetof(lct__config, f)
 #define LCT__GIB (UINT64_C(1) << 30)
@@ -86,7 +87,14 @@ static const lct__cfg_def lct__cfg_table[] = {
     {"metrics", LCT__CFG_ADDR, LCT__OFF(metrics), 0, 255, "off", NULL, 0, "127.0.0.1:9878",
      "HOST:PORT serving /metrics (Prometheus text) and /healthz over HTTP, or off; keep HOST loopback"},
     {"auth_token_file", LCT__CFG_STR, LCT__OFF(auth_token_file), 0, 4095, "", NULL, 1, NULL,
-     "file whose first line is the token every request on a tcp endpoint must carry; empty: no token"},
+     "file whose first line is a token that gives every key on endpoints that authenticate (tcp); clients "
+     "prove it by challenge-response; empty: no token"},
+    {"access_file", LCT__CFG_STR, LCT__OFF(access_file), 0, 4095, "", NULL, 1, NULL,
+     "tenants: file of 'tenant NAME TOKEN PREFIX QUOTA' lines, each token confined to keys starting with its "
+     "prefix and to a quota of stored bytes, and 'endpoints tcp [ipc]'; empty: no tenants"},
+    {"auth_plain_token", LCT__CFG_ENUM, LCT__OFF(auth_plain_token), 0, 0, "off", lct__off_on, 1, NULL,
+     "on: also accept a token sent as it is (clients before challenge-response; it travels in clear); "
+     "off: only challenge-response"},
     {"ipc_mode", LCT__CFG_MODE, LCT__OFF(ipc_mode), 0, 0777, "0660", NULL, 0, NULL,
      "permission bits of ipc sockets (who may connect)"},
     {"ipc_group", LCT__CFG_STR, LCT__OFF(ipc_group), 0, 255, "", NULL, 0, NULL,

@@ -26,7 +26,9 @@ typedef struct lct__config {
   int threads;                   /* codec worker threads; 0: one per CPU */
   int log_level;                 /* LCT__LOG_* */
   char *metrics;                 /* HOST:PORT of the HTTP stats endpoint; "" when off */
-  char *auth_token_file;         /* file holding the token tcp requests must carry; "": none */
+  char *auth_token_file;         /* file holding the token of every key over authenticated endpoints; "": none */
+  char *access_file;             /* tenants: their tokens, key prefixes and quotas; "": none */
+  int auth_plain_token;          /* 1: the token itself is accepted in Request.auth_token too (clients before AUTH) */
   int ipc_mode;                  /* permission bits of ipc sockets */
   char *ipc_group;               /* group of ipc sockets; "": the daemon's */
   int max_key_length;            /* longest key a put accepts */

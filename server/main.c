@@ -3,6 +3,7 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "conns.h"
 #include "http.h"
 #include "inflight.h"
 #include "log.h"
@@ -85,8 +87,41 @@ static void lct__on_signal(uv_signal_t *h, int signum) {
   uv_unref((uv_handle_t *)&m->drain);
 }
 
+/* Reads the credentials cfg names: auth_token_file's token and the access
+ * file's tenants. 0, or LCT_ECONFIG with why in err. */
+static int lct__load_credentials(const lct__config *cfg, lct__auth *auth, lct__access **access, char *err,
+                                 size_t errlen) {
+  int rc = lct__auth_load(cfg->auth_token_file, auth, err, errlen);
+  if (rc == 0)
+    rc = lct__access_load(cfg->access_file, auth->token, auth->len, access, err, errlen);
+  return rc;
+}
+
+/* Puts credentials read anew in place. When they changed, every connection
+ * authenticates again: a revoked token loses its connections at once. */
+static void lct__apply_credentials(lct__server *srv, const lct__auth *auth, lct__access *access) {
+  int token_changed = auth->len != srv->auth.len || memcmp(auth->token, srv->auth.token, auth->len) != 0;
+  int access_changed = !lct__access_equal(access, srv->access);
+  if (token_changed) {
+    lct__log_info("reload: auth token replaced");
+    srv->auth = *auth;
+  }
+  if (access_changed) {
+    lct__access_adopt(access, srv->access, srv->store);
+    lct__access_unref(srv->access);
+    srv->access = access;
+    lct__log_info("reload: access_file: %zu tenants%s", access != NULL ? access->n : 0,
+                  access != NULL && access->ipc ? ", ipc endpoints authenticate" : "");
+  } else {
+    lct__access_unref(access);
+  }
+  if (token_changed || access_changed)
+    lct__conns_clear(srv->conns);
+}
+
 /* SIGHUP: reads the configuration again and applies its reloadable settings;
- * an invalid one changes nothing. */
+ * an invalid one (an unreadable or malformed token or access file included)
+ * changes nothing. */
 static void lct__on_reload(uv_signal_t *h, int signum) {
   lct__main *m = h->data;
   lct__server *srv = &m->srv;
@@ -94,11 +129,12 @@ static void lct__on_reload(uv_signal_t *h, int signum) {
   lct__notify("RELOADING=1");
   lct__config fresh;
   lct__auth auth;
+  lct__access *access = NULL;
   char err[512];
   lct__config_init(&fresh);
   if (lct__config_args(&fresh, m->argc, m->argv, err, sizeof err) != 0 ||
       lct__config_check(&fresh, err, sizeof err) != 0 ||
-      lct__auth_load(fresh.auth_token_file, &auth, err, sizeof err) != 0) {
+      lct__load_credentials(&fresh, &auth, &access, err, sizeof err) != 0) {
     lct__log_error("reload refused, running configuration kept: %s", err);
     srv->stats.reload_failures++;
   } else {
@@ -106,13 +142,12 @@ static void lct__on_reload(uv_signal_t *h, int signum) {
     lct__log_set_level(fresh.log_level > srv->cfg.log_level ? fresh.log_level : srv->cfg.log_level);
     int n = lct__config_reload(&srv->cfg, &fresh);
     lct__autosave_update(srv);
-    if (auth.len != srv->auth.len || memcmp(auth.token, srv->auth.token, auth.len) != 0)
-      lct__log_info("reload: auth token replaced");
-    srv->auth = auth;
+    lct__apply_credentials(srv, &auth, access);
     srv->stats.reloads++;
     lct__log_info("reload: done (%d settings changed)", n);
     lct__log_set_level(srv->cfg.log_level);
   }
+  sodium_memzero(&auth, sizeof auth);
   lct__config_free(&fresh);
   lct__notify("READY=1");
 }
@@ -217,10 +252,12 @@ static int lct__open_state(lct__server *srv, char *err, size_t errlen) {
   if ((rc = lct__workers_start(srv->loop, srv->threads, &srv->workers)) != 0 ||
       (rc = lct__store_create(&srv->stats, &srv->store)) != 0 ||
       (rc = lct__staging_create(srv, &srv->staging)) != 0 ||
-      (rc = lct__inflight_create(srv, &srv->inflight)) != 0) {
+      (rc = lct__inflight_create(srv, &srv->inflight)) != 0 ||
+      (rc = lct__conns_create(LCT__CONNS_MAX, LCT__CHALLENGES_MAX, &srv->conns)) != 0) {
     fprintf(stderr, "lctd: %s\n", lct_strerror(rc));
     return rc;
   }
+  lct__store_observe(srv->store, lct__access_count, srv); /* restored tensors count for their tenants too */
   if (*srv->cfg.persist_dir != '\0' && (rc = lct__persist_load(srv, err, errlen)) != 0) {
     fprintf(stderr, "lctd: %s\n", err);
     return rc;
@@ -267,7 +304,10 @@ static void lct__announce(const lct__main *m) {
   if (m->http != NULL)
     lct__log_info("stats on http://%s/metrics", srv->cfg.metrics);
   if (srv->auth.len > 0)
-    lct__log_info("tcp endpoints require the token of %s", srv->cfg.auth_token_file);
+    lct__log_info("tcp endpoints authenticate: the token of %s gives every key", srv->cfg.auth_token_file);
+  if (srv->access != NULL)
+    lct__log_info("tcp%s endpoints authenticate: %zu tenants of %s", srv->access->ipc ? " and ipc" : "",
+                  srv->access->n, srv->cfg.access_file);
   if (srv->cfg.request_memory / 2 < (uint64_t)lct_wire_msg_max(srv->cfg.frame_size))
     lct__log_warn("request_memory %" PRIu64 " holds fewer than two messages of frame_size + 1M: while one that "
                   "large is in flight, no other request is read", srv->cfg.request_memory);
@@ -296,6 +336,8 @@ static int lct__close(lct__main *m) {
   lct__inflight_destroy(srv->inflight);
   lct__staging_destroy(srv->staging);
   lct__store_destroy(srv->store);
+  lct__conns_destroy(srv->conns);
+  lct__access_unref(srv->access);
   lct__pool_destroy(srv->pool);
   uv_loop_close(srv->loop);
   lct__config_free(&srv->cfg);
@@ -316,7 +358,7 @@ int main(int argc, char **argv) {
   m.argv = argv;
   if (lct__config_args(&srv->cfg, argc, argv, err, sizeof err) != 0 ||
       lct__config_check(&srv->cfg, err, sizeof err) != 0 ||
-      lct__auth_load(srv->cfg.auth_token_file, &srv->auth, err, sizeof err) != 0) {
+      lct__load_credentials(&srv->cfg, &srv->auth, &srv->access, err, sizeof err) != 0) {
     fprintf(stderr, "lctd: configuration: %s (see lctd --help)\n", err);
     lct__config_free(&srv->cfg);
     return 2;
@@ -327,6 +369,10 @@ int main(int argc, char **argv) {
   }
   lct__log_set_level(srv->cfg.log_level);
   signal(SIGPIPE, SIG_IGN);
+  if (lct_auth_init() != 0) {
+    fprintf(stderr, "lctd: libsodium cannot start\n");
+    return 1;
+  }
   if (lct__open_state(srv, err, sizeof err) != 0 || lct__open_endpoints(&m, err, sizeof err) != 0)
     return 1;
   if (*srv->cfg.persist_dir != '\0' && lct__autosave_open(srv) != 0) {

@@ -164,7 +164,7 @@ static int lct__keys_distinct(Lctpb__DeviceItem *const *items, size_t n, size_t 
 }
 
 /* The checks common to the device ops: no payload, 1..LCT_DEVICE_ITEMS_MAX
- * items with distinct keys, each inside the device
+ * items with distinct keys the sender may use, each inside the device
  * buffer (alignment needs the element size: lct__batch_map_or_reply).
  * Allocates lct__dev(rq)->batch. Replies itself and returns 0 on failure. */
 static int lct__batch_or_reply(lct__request *rq) {
@@ -192,6 +192,11 @@ static int lct__batch_or_reply(lct__request *rq) {
   }
   for (size_t i = 0; i < lct__dev(rq)->n_items; i++) {
     const Lctpb__DeviceItem *it = lct__dev(rq)->items[i];
+    char why[320];
+    if (lct__key_allowed(rq, "key", it->key.data, it->key.len, why, sizeof why) != 0) {
+      lct__reply_item_error(rq, LCT_EACCES, i, "%s", why);
+      return 0;
+    }
     if (it->offset > h->device->size || it->size > h->device->size - it->offset) {
       lct__reply_item_error(rq, LCT_EINVAL, i, "%" PRIu64 " bytes at offset %" PRIu64
                             " run past the device buffer's %" PRIu64, it->size, it->offset, h->device->size);
@@ -283,7 +288,8 @@ static void lct__batch_get_begin(lct__request *rq) {
     lct__reply_error(rq, rc, "cannot start the decode");
 }
 
-/* Stores the request's items (PUT_DEVICE, PUT_DEVICE_MANY). */
+/* Stores the request's items (PUT_DEVICE, PUT_DEVICE_MANY), each counted
+ * against the sender's quota. */
 static void lct__put_items(lct__request *rq) {
   if (!lct__batch_or_reply(rq))
     return;
@@ -291,12 +297,14 @@ static void lct__put_items(lct__request *rq) {
   for (size_t i = 0; i < lct__dev(rq)->n_items; i++) {
     const Lctpb__DeviceItem *it = lct__dev(rq)->items[i];
     lct__batch_item *b = &lct__dev(rq)->batch[i];
-    char why[160];
+    char why[256];
     int rc = lct__put_check(cfg, &it->key, it->meta, &b->decl, why, sizeof why);
     if (rc == 0 && it->size != b->decl.raw_bytes) {
       rc = LCT_ESIZE;
       snprintf(why, sizeof why, "size %" PRIu64 "; dtype and shape make %" PRIu64, it->size, b->decl.raw_bytes);
     }
+    if (rc == 0)
+      rc = lct__quota_check(rq, it->key.data, it->key.len, &b->decl, cfg->segment_size, 1, why, sizeof why);
     if (rc != 0) {
       lct__reply_item_error(rq, rc, i, "%s", why);
       return;

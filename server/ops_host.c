@@ -26,6 +26,16 @@ static int lct__put_check_or_reply(lct__request *rq, lct_put_decl *d) {
   return rc == 0;
 }
 
+/* Counts a host put of key, shaped by d, against the sender's quota (hold:
+ * while the request lasts; else only checked); replies itself on failure. */
+static int lct__quota_or_reply(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d, int hold) {
+  char why[256];
+  int rc = lct__quota_check(rq, key, len, d, lct__segment_bytes(rq->srv, d->raw_bytes), hold, why, sizeof why);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "%s", why);
+  return rc == 0;
+}
+
 /* ---- put ---------------------------------------------------------------- */
 
 /* A committed chunked put's staged bytes, held until its encode ends. */
@@ -73,6 +83,8 @@ void lct__op_put(lct__request *rq) {
                      "; use a chunked put", d.raw_bytes, rq->srv->cfg.frame_size);
     return;
   }
+  if (!lct__quota_or_reply(rq, rq->hdr->key.data, rq->hdr->key.len, &d, 1))
+    return;
   lct__put_src src = {rq->frame.payload, NULL, 0};
   lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &src);
 }
@@ -86,6 +98,8 @@ void lct__op_put_begin(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "put-begin carries no payload; send it in put-chunk");
     return;
   }
+  if (!lct__quota_or_reply(rq, rq->hdr->key.data, rq->hdr->key.len, &d, 0))
+    return;
   char why[256];
   int rc = lct__pool_room(srv, &d, lct__segment_bytes(srv, d.raw_bytes), why, sizeof why);
   if (rc != 0) {
@@ -111,11 +125,13 @@ void lct__op_put_begin(lct__request *rq) {
   lct__reply(rq, &rp, NULL, 0);
 }
 
-/* The put the request names, if its connection began it: another's is
- * answered as an id that does not exist. */
+/* The put the request names, if its connection began it and its key is the
+ * sender's tenant's: another's is answered as an id that does not exist. */
 static lct__pending *lct__find_put(lct__request *rq) {
   lct__pending *p = rq->hdr->has_put_id ? lct__staging_find(rq->srv->staging, rq->hdr->put_id, rq->conn)
                                          : NULL;
+  if (p != NULL && rq->tenant != NULL && !lct__tenant_has(rq->tenant, p->key, p->key_len))
+    p = NULL;
   if (p == NULL)
     lct__reply_error(rq, LCT_ENOENT, "no such put (never begun, committed, aborted or expired)");
   else if (rq->hdr->has_key &&
@@ -169,6 +185,8 @@ void lct__op_put_commit(lct__request *rq) {
                      p->received, p->decl.raw_bytes);
     return;
   }
+  if (!lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 1))
+    return;
   lct__staging_take(rq->srv->staging, p);
   rq->op_state = p; /* released when the encode ends, or with the request */
   rq->op_release = lct__release_pending;
@@ -276,8 +294,30 @@ void lct__op_stat(lct__request *rq) {
   lct__reply_meta(rq, e);
 }
 
+/* The prefix a LIST lists: the request's, within the sender's tenant's
+ * (which a shorter one widens to); 0, or LCT_EACCES with why when the two
+ * part. */
+static int lct__list_prefix(const lct__request *rq, ProtobufCBinaryData *prefix, char *why, size_t cap) {
+  const Lctpb__Request *h = rq->hdr;
+  const lct__tenant *t = rq->tenant;
+  *prefix = h->has_prefix ? h->prefix : (ProtobufCBinaryData){0, NULL};
+  if (t == NULL || lct__tenant_has(t, prefix->data, prefix->len))
+    return 0;
+  if (prefix->len < t->prefix_len && (prefix->len == 0 || memcmp(prefix->data, t->prefix, prefix->len) == 0)) {
+    *prefix = (ProtobufCBinaryData){t->prefix_len, t->prefix};
+    return 0;
+  }
+  return lct__key_allowed(rq, "prefix", prefix->data, prefix->len, why, cap);
+}
+
 void lct__op_list(lct__request *rq) {
   Lctpb__Request *h = rq->hdr;
+  ProtobufCBinaryData prefix;
+  char why[320];
+  if (lct__list_prefix(rq, &prefix, why, sizeof why) != 0) {
+    lct__reply_error(rq, LCT_EACCES, "%s", why);
+    return;
+  }
   size_t limit = h->has_limit && h->limit > 0 ? h->limit : LCT__LIST_DEFAULT;
   if (limit > LCT_LIST_MAX)
     limit = LCT_LIST_MAX;
@@ -291,8 +331,7 @@ void lct__op_list(lct__request *rq) {
     return;
   }
   int more;
-  size_t n = lct__store_list(rq->srv->store, h->has_prefix ? h->prefix.data : NULL,
-                             h->has_prefix ? h->prefix.len : 0,
+  size_t n = lct__store_list(rq->srv->store, prefix.data, prefix.len,
                              h->has_cursor ? h->cursor.data : NULL,
                              h->has_cursor ? h->cursor.len : 0, limit, found, &more);
   for (size_t i = 0; i < n; i++) {
@@ -317,9 +356,37 @@ void lct__op_list(lct__request *rq) {
 
 /* ---- stats, save, ping ------------------------------------------------- */
 
+/* STATS for a tenant: what it holds against what it may; the server-wide
+ * counters would tell it of the others, so they are 0. */
+static void lct__op_stats_tenant(lct__request *rq) {
+  const lct__tenant *t = rq->tenant;
+  size_t len;
+  char *text = lct__access_metrics(rq->access, t, &len);
+  if (text == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory rendering stats");
+    return;
+  }
+  lct__stats st = {0};
+  st.tensors = t->usage->tensors;
+  st.raw_bytes = t->usage->raw_bytes;
+  st.stored_bytes = t->usage->stored_bytes;
+  st.pool_capacity = t->quota != LCT__QUOTA_NONE ? t->quota : lct__pool_capacity(rq->srv->pool);
+  st.pool_used = t->usage->stored_bytes + t->usage->pending;
+  Lctpb__StatsSummary sum;
+  lct__stats_summarize(&st, &sum);
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  rp.stats = &sum;
+  lct__reply(rq, &rp, text, len);
+  free(text);
+}
+
 void lct__op_stats(lct__request *rq) {
   lct__server *srv = rq->srv;
   lct__stats *st = &srv->stats;
+  if (rq->tenant != NULL) {
+    lct__op_stats_tenant(rq);
+    return;
+  }
   size_t len;
   char *text = lct__server_stats_text(srv, &len);
   if (text == NULL) {
@@ -358,6 +425,11 @@ static void lct__save_done(void *arg, int rc, const lct__persist_result *r) {
 }
 
 void lct__op_save(lct__request *rq) {
+  if (rq->tenant != NULL) {
+    lct__reply_error(rq, LCT_EACCES, "SAVE is not for tenants: it writes every tenant's tensors; lctd saves "
+                     "them every save_interval and when it stops");
+    return;
+  }
   if (*rq->srv->cfg.persist_dir == '\0') {
     lct__reply_error(rq, LCT_ECONFIG, "this lctd has no persist_dir: nothing to save to");
     return;

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
 #include "inflight.h"
 #include "lct_error.h"
 #include "log.h"
@@ -32,6 +31,7 @@ static const lct__op_fn lct__ops[] = {
     [LCTPB__OP__OP_GET_DEVICE] = lct__op_get_device,
     [LCTPB__OP__OP_PUT_DEVICE_MANY] = lct__op_put_device,
     [LCTPB__OP__OP_GET_DEVICE_MANY] = lct__op_get_device,
+    [LCTPB__OP__OP_AUTH] = lct__op_auth,
 };
 
 static void lct__request_free(lct__request *rq) {
@@ -40,6 +40,9 @@ static void lct__request_free(lct__request *rq) {
     lct__inflight_end(rq->srv->inflight, rq->load, rq->held);
   if (rq->op_release != NULL)
     rq->op_release(rq);
+  if (rq->quota_held > 0)
+    lct__tenant_release(rq->tenant, rq->quota_held);
+  lct__access_unref(rq->access);
   if (rq->hdr != NULL)
     lctpb__request__free_unpacked(rq->hdr, NULL);
   if (rq->msg != NULL)
@@ -160,10 +163,56 @@ void lct__reply_meta(lct__request *rq, const lct__entry *e) {
 }
 
 int lct__need_key(lct__request *rq) {
-  if (rq->hdr->has_key)
-    return 1;
-  lct__reply_error(rq, LCT_EINVAL, "this operation needs a key");
-  return 0;
+  if (!rq->hdr->has_key) {
+    lct__reply_error(rq, LCT_EINVAL, "this operation needs a key");
+    return 0;
+  }
+  char why[320];
+  if (lct__key_allowed(rq, "key", rq->hdr->key.data, rq->hdr->key.len, why, sizeof why) != 0) {
+    lct__reply_error(rq, LCT_EACCES, "%s", why);
+    return 0;
+  }
+  return 1;
+}
+
+/* At most max bytes of b as text: printable ASCII as it is, others as \xNN. */
+static const char *lct__bytes_text(const uint8_t *b, size_t len, size_t max, char *buf, size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; i < len && i < max && n + 5 < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\' ? "%c" : "\\x%02x", b[i]);
+  snprintf(buf + n, cap - n, "%s", len > max ? "..." : "");
+  return buf;
+}
+
+int lct__key_allowed(const lct__request *rq, const char *what, const uint8_t *key, size_t len, char *why,
+                     size_t cap) {
+  const lct__tenant *t = rq->tenant;
+  if (t == NULL || lct__tenant_has(t, key, len))
+    return 0;
+  char k[272], p[272];
+  snprintf(why, cap, "%s '%s' is outside tenant '%s': its keys start with '%s'", what,
+           lct__bytes_text(key, len, 64, k, sizeof k), t->name, lct__bytes_text(t->prefix, t->prefix_len, 64, p, sizeof p));
+  return LCT_EACCES;
+}
+
+int lct__quota_check(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d, uint64_t seg_bytes,
+                     int hold, char *why, size_t cap) {
+  const lct__tenant *t = rq->tenant;
+  uint64_t need;
+  if (t == NULL)
+    return 0;
+  if (lct__entry_reserve_bytes(d, seg_bytes, &need) != 0) {
+    snprintf(why, cap, "tensor of %" PRIu64 " bytes is too large: its worst-case coded size overflows 64 bits",
+             d->raw_bytes);
+    return LCT_E2BIG;
+  }
+  const lct__entry *old = lct__store_find(rq->srv->store, key, len);
+  int rc = lct__tenant_room(t, need, old != NULL ? old->stored_bytes : 0, why, cap);
+  if (rc == 0 && hold) {
+    lct__tenant_hold(t, need);
+    rq->quota_held += need;
+  }
+  return rc;
 }
 
 int lct__put_check(const lct__config *cfg, const ProtobufCBinaryData *key, const Lctpb__TensorMeta *meta,
@@ -249,13 +298,8 @@ void lct__handle_message(void *arg, int sock, uint64_t conn, void *msg, size_t l
     return;
   }
   rq->op = rq->hdr->op;
-  if (lct__transport_is_tcp(srv->transport, sock) &&
-      !lct__auth_check(&srv->auth, rq->hdr->has_auth_token ? rq->hdr->auth_token.data : NULL,
-                       rq->hdr->has_auth_token ? rq->hdr->auth_token.len : 0)) {
-    lct__reply_error(rq, LCT_EACCES, "%s: this tcp endpoint requires the token of the server's auth_token_file",
-                     rq->hdr->has_auth_token ? "wrong auth token" : "no auth token");
+  if (!lct__admit(rq))
     return;
-  }
   lct__op_fn op = rq->op < sizeof lct__ops / sizeof *lct__ops ? lct__ops[rq->op] : NULL;
   if (op == NULL) {
     lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);

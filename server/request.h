@@ -17,6 +17,9 @@ typedef struct lct__request {
   uint32_t op;
   lct_wire_frame frame; /* views into msg */
   Lctpb__Request *hdr;
+  const lct__tenant *tenant; /* the sender's tenant, whose keys only it may use; NULL: every key */
+  lct__access *access;  /* the access file tenant is from, held while the request runs */
+  uint64_t quota_held;  /* bytes of its puts counted against tenant's quota until it ends */
   void *reply_msg;      /* a reply being filled by codec workers (GET) */
   size_t reply_len;
   struct lct__conn_load *load; /* its connection's requests in flight (inflight.h); NULL until admitted */
@@ -54,8 +57,20 @@ int lct__request_hold(lct__request *rq, uint64_t bytes);
 void lct__meta_of(const lct__entry *e, Lctpb__TensorMeta *m);
 /* A reply of e's metadata. */
 void lct__reply_meta(lct__request *rq, const lct__entry *e);
-/* Whether the request has a key; answers LCT_EINVAL if not. */
+/* Whether the request has a key its sender may use; answers LCT_EINVAL or
+ * LCT_EACCES if not. */
 int lct__need_key(lct__request *rq);
+/* Whether rq's sender may use key: 0, or LCT_EACCES with why naming it (as
+ * what: "key", "prefix") and the tenant's prefix. */
+int lct__key_allowed(const lct__request *rq, const char *what, const uint8_t *key, size_t len, char *why,
+                     size_t cap);
+/* A put of key, shaped by d and coded in segments of seg_bytes, against the
+ * quota of rq's tenant at its worst-case coded size: 0 (counted while rq
+ * lasts when hold is 1), or LCT_ENOSPC with why naming the quota (LCT_E2BIG
+ * when the worst case overflows). The version it replaces gives its stored
+ * bytes back. */
+int lct__quota_check(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d, uint64_t seg_bytes,
+                     int hold, char *why, size_t cap);
 /* A put's key and declaration against max_key_length and max_tensor_size:
  * 0, or an error code with its reason in why. */
 int lct__put_check(const lct__config *cfg, const ProtobufCBinaryData *key, const Lctpb__TensorMeta *meta,

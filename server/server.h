@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "access.h"
 #include "auth.h"
 #include "config.h"
 #include "lct_decl.h"
@@ -19,6 +20,7 @@ typedef struct lct__workers lct__workers;     /* workers.h */
 typedef struct lct__saves lct__saves;         /* persist.h */
 typedef struct lct__autosave lct__autosave;   /* persist.h */
 typedef struct lct__inflight lct__inflight;   /* inflight.h */
+typedef struct lct__conns lct__conns;         /* conns.h */
 
 typedef struct lct__server {
   uv_loop_t *loop;
@@ -29,7 +31,9 @@ typedef struct lct__server {
   lct__transport *transport;
   lct__inflight *inflight;  /* requests in flight and their bytes, against the limits */
   lct__stats stats;
-  lct__auth auth;              /* token of auth_token_file (tcp endpoints) */
+  lct__auth auth;              /* token of auth_token_file: every key */
+  lct__access *access;         /* tenants of access_file; NULL: none */
+  lct__conns *conns;           /* what each connection authenticated as */
   const char *backend_name;
   uint8_t boot_id[LCT_BOOT_ID_BYTES]; /* this host's (lct_wire_boot_id); zero if unreadable */
   int threads;            /* codec workers */

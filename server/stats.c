@@ -133,7 +133,8 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
     }
   }
   lct__head(&b, "errors_total", "counter",
-            "Requests answered with an error, by kind (LCT_EACCES: refused for want of the auth token).");
+            "Requests answered with an error, by kind (LCT_EACCES: refused for want of authentication, or a key "
+            "outside the sender's tenant).");
   for (int s = 1; s < LCT__STATUS_SLOTS; s++) {
     uint64_t n = 0;
     for (int o = 0; o < LCT__OP_SLOTS; o++)
@@ -250,5 +251,17 @@ char *lct__server_stats_text(lct__server *srv, size_t *len) {
   srv->stats.pool_capacity = lct__pool_capacity(srv->pool);
   srv->stats.pool_used = lct__pool_used(srv->pool);
   srv->stats.clients = lct__transport_clients(srv->transport);
-  return lct__stats_render(&srv->stats, srv->backend_name, len);
+  size_t tlen;
+  char *text = lct__stats_render(&srv->stats, srv->backend_name, len);
+  char *tenants = lct__access_metrics(srv->access, NULL, &tlen);
+  char *both = text != NULL && tenants != NULL ? realloc(text, *len + tlen + 1) : NULL;
+  if (both == NULL) {
+    free(text);
+    free(tenants);
+    return NULL;
+  }
+  memcpy(both + *len, tenants, tlen + 1);
+  *len += tlen;
+  free(tenants);
+  return both;
 }

@@ -8,7 +8,7 @@
 #include "lct_dtype.h"
 #include "lct_wire.h"
 
-#define LCT__OP_SLOTS 17     /* index = wire op (1..16); 0 = unparsable or unknown op */
+#define LCT__OP_SLOTS 18     /* index = wire op (1..17); 0 = unparsable or unknown op */
 #define LCT__STATUS_SLOTS 32 /* index = wire status: 0 ok, else the positive LCT code */
 #define LCT__LATENCY_BUCKETS 12 /* finite upper bounds of the latency histogram */
 
@@ -82,7 +82,8 @@ void lct__stats_summarize(const lct__stats *st, Lctpb__StatsSummary *sum);
 
 struct lct__server;
 /* Refreshes the server's pool and client gauges and renders every counter
- * (lct__stats_render): the STATS payload and GET /metrics. */
+ * (lct__stats_render) and the tenants' gauges: the STATS payload and GET
+ * /metrics. */
 char *lct__server_stats_text(struct lct__server *srv, size_t *len);
 
 /* Renders Prometheus text exposition; returns a malloc'd string (NULL if out

@@ -11,6 +11,8 @@ struct lct__store {
   uint64_t count;
   uint64_t next_version;
   lct__stats *stats;
+  lct__store_observer observer;
+  void *observer_arg;
 };
 
 uint64_t lct__key_hash(const uint8_t *key, size_t len, uint64_t basis) {
@@ -79,7 +81,14 @@ static void lct__grow(lct__store *s) {
   s->n_buckets = n;
 }
 
+void lct__store_observe(lct__store *s, lct__store_observer fn, void *arg) {
+  s->observer = fn;
+  s->observer_arg = arg;
+}
+
 static void lct__gauges(lct__store *s, const lct__entry *e, int sign) {
+  if (s->observer != NULL)
+    s->observer(s->observer_arg, e, sign);
   s->stats->tensors += (uint64_t)(int64_t)sign;
   s->stats->raw_bytes += (uint64_t)((int64_t)sign * (int64_t)e->raw_bytes);
   s->stats->stored_bytes += (uint64_t)((int64_t)sign * (int64_t)e->stored_bytes);

@@ -18,6 +18,11 @@ typedef struct lct__store lct__store;
 int lct__store_create(lct__stats *stats, lct__store **out);
 void lct__store_destroy(lct__store *store);
 
+/* Called with +1 for every entry published and -1 for every one unpublished
+ * (replaced or removed), as the store's own gauges are: the tenants' counts. */
+typedef void (*lct__store_observer)(void *arg, const lct__entry *e, int sign);
+void lct__store_observe(lct__store *store, lct__store_observer fn, void *arg);
+
 /* Borrowed pointer (take a reference to keep it past the current callback). */
 lct__entry *lct__store_find(const lct__store *store, const uint8_t *key, size_t len);
 /* Publishes e under its key, taking over the caller's reference, giving it

@@ -72,10 +72,11 @@ static inline void test_lctd_spawn(test_lctd *d, const char *const *extra) {
     o.endpoint = d->ipc;
     o.connect_timeout_ms = 100;
     lct_client *c;
-    if (lct_connect(&o, &c) == 0) {
+    int rc = lct_connect(&o, &c);
+    if (rc == 0)
       lct_close(c);
+    if (rc == 0 || rc == LCT_EACCES) /* it answered; an ipc endpoint may want a token */
       return;
-    }
   }
   cr_assert_fail("lctd did not answer within 20 s");
 }

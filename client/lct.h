@@ -49,8 +49,10 @@ typedef struct lct_options {
   size_t frame_bytes;     /* payload bytes per message; 0: 16 MiB. Lowered to the server's
                              limit; tensors larger than a frame travel in several */
   const char *auth_token_file; /* NULL: $LCT_AUTH_TOKEN_FILE, else none. A file whose first line is
-                             the token a server with auth_token_file requires on tcp endpoints;
-                             unreadable or malformed: lct_connect fails with LCT_EACCES */
+                             a token of the server (its auth_token_file's, or a tenant's of its
+                             access_file), which liblct proves by challenge-response on every new
+                             connection and never sends; unreadable or malformed: lct_connect fails
+                             with LCT_EACCES */
   int save_timeout_ms;    /* for lct_save, which takes as long as lctd's disk needs; 0 or negative: no
                              limit (the default: a lost lctd still ends it) */
 } lct_options;
@@ -76,8 +78,13 @@ typedef struct lct_tensor_info {
 /* Connects and pings the server: LCT_ECONN if it does not answer within
  * connect_timeout_ms, LCT_EINVAL for a malformed endpoint or options not set
  * up by lct_options_init (or asking for fields this liblct lacks), LCT_EACCES
- * when the server requires a token that was not given or is wrong (or the
- * token file cannot be read). opts may be NULL: the defaults. */
+ * when the endpoint authenticates and no token was given or it is wrong (or
+ * the token file cannot be read). opts may be NULL: the defaults.
+ *
+ * A tenant's token confines every call to the keys that start with the
+ * tenant's prefix (LCT_EACCES for others; lct_list lists only them) and its
+ * puts to the tenant's quota of stored bytes (LCT_ENOSPC past it); lct_stats
+ * reports the tenant's own tensors and quota, and lct_save is LCT_EACCES. */
 LCT_API int lct_connect(const lct_options *opts, lct_client **out);
 LCT_API void lct_close(lct_client *c);
 /* Releases memory liblct handed out (lct_get_alloc data, lct_stats text); NULL is a no-op. */

@@ -25,7 +25,8 @@ static int usage(FILE *to) {
         "in the input file name (or the .npy header).\n"
         "EP is lctd's nanomsg endpoint (tcp://HOST:PORT or ipc:///PATH); default $LCT_ENDPOINT, else\n"
         "ipc:///tmp/lctd.sock.\n"
-        "FILE holds the token an lctd with auth_token_file requires on its tcp endpoints (first line);\n"
+        "FILE holds a token of the lctd (its auth_token_file's or a tenant's; first line), proven by\n"
+        "challenge-response on endpoints that authenticate (tcp) and never sent;\n"
         "default $LCT_AUTH_TOKEN_FILE.\n"
         "Every command that talks to lctd takes --timeout SECONDS: how long to wait for its reply\n"
         "(default 30, save none). A killed or restarted lctd ends the wait within about 2 s.\n",

@@ -19,8 +19,11 @@ class Client:
     (LCT_ECONN, LCT_ERESTARTED); no request is sent twice.
     connect_timeout_ms: for the first ping (None: 5 s). frame_bytes:
     payload bytes per message (None: 16 MiB, lowered to the server's limit).
-    auth_token_file: file holding the token an lctd with auth_token_file
-    requires on tcp endpoints (None: $LCT_AUTH_TOKEN_FILE, else none).
+    auth_token_file: file holding a token of the lctd (its
+    auth_token_file's, or a tenant's of its access_file), proven by
+    challenge-response and never sent (None: $LCT_AUTH_TOKEN_FILE, else
+    none). A tenant's token confines the client to the tenant's keys and
+    quota.
     A Client may be shared between threads: its calls are serialized.
     """
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "health.h"
 #include "inflight.h"
 #include "lct_error.h"
 #include "log.h"
@@ -254,6 +255,11 @@ void lct__handle_message(void *arg, int sock, uint64_t conn, void *msg, size_t l
                        rq->hdr->has_auth_token ? rq->hdr->auth_token.len : 0)) {
     lct__reply_error(rq, LCT_EACCES, "%s: this tcp endpoint requires the token of the server's auth_token_file",
                      rq->hdr->has_auth_token ? "wrong auth token" : "no auth token");
+    return;
+  }
+  const char *fault = lct__health_fault(srv->health);
+  if (fault != NULL) {
+    lct__reply_error(rq, LCT_ECUDA, "lctd is unhealthy and exiting for a restart from its last snapshot: %s", fault);
     return;
   }
   lct__op_fn op = rq->op < sizeof lct__ops / sizeof *lct__ops ? lct__ops[rq->op] : NULL;

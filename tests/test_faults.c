@@ -58,7 +58,8 @@ static void lose_device(const char *backend, const char *reason) {
   int port = test_free_port();
   char metrics[32];
   snprintf(metrics, sizeof metrics, "127.0.0.1:%d", port);
-  const char *extra[] = {"--backend", backend, "--persist-dir", dir, "--metrics", metrics, NULL};
+  /* A small pool: the restart must not wait for the lost process's GPU memory to come back. */
+  const char *extra[] = {"--backend", backend, "--memory", "256M", "--persist-dir", dir, "--metrics", metrics, NULL};
   setenv("LCT_FAULT_AT", "3", 1);
   test_lctd d;
   test_lctd_start(&d, extra);
@@ -100,7 +101,7 @@ static void lose_device(const char *backend, const char *reason) {
   /* A restart, as systemd's Restart=on-failure does: the last snapshot, and no save after it. */
   unsetenv("LCT_FAULT_AT");
   test_lctd again;
-  const char *restart[] = {"--backend", backend, "--persist-dir", dir, NULL};
+  const char *restart[] = {"--backend", backend, "--memory", "256M", "--persist-dir", dir, NULL};
   test_lctd_start(&again, restart);
   c = test_connect(again.ipc);
   cr_assert_eq(lct_get(c, "saved", back, sizeof back, NULL), 0);

@@ -570,10 +570,10 @@ static void *sampler_main(void *arg) {
       if (r->samples == NULL) abort();
     }
     r->samples[r->n_samples++] = s;
-    uint64_t now = (uint64_t)(now_s() * 1e9), limit = (uint64_t)r->hang_s * 1000000000ull;
+    uint64_t limit = (uint64_t)r->hang_s * 1000000000ull;
     for (int i = 0; i < r->clients; i++) {
-      uint64_t since = atomic_load(&r->cl[i].busy_since);
-      if (since != 0 && now - since > limit && !r->hang) {
+      uint64_t since = atomic_load(&r->cl[i].busy_since), now = (uint64_t)(now_s() * 1e9);
+      if (since != 0 && now > since + limit && !r->hang) {
         fprintf(stderr, "lct-bench soak: client %d: %s has not returned for %d s\n", i,
                 op_names[atomic_load(&r->cl[i].busy_op)], r->hang_s);
         r->hang = 1;
@@ -581,7 +581,7 @@ static void *sampler_main(void *arg) {
       }
     }
     uint64_t saver = atomic_load(&r->saver_busy_since);
-    if (saver != 0 && now - saver > limit && !r->hang) {
+    if (saver != 0 && (uint64_t)(now_s() * 1e9) > saver + limit && !r->hang) {
       fprintf(stderr, "lct-bench soak: a save has not returned for %d s\n", r->hang_s);
       r->hang = 1;
       atomic_store(&r->stop, 1);

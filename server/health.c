@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "notify.h"
+#include "persist.h"
 
 struct lct__health {
   lct__server *srv;
@@ -37,6 +38,7 @@ const char *lct__health_fault(lct__health *h) {
   char status[320];
   snprintf(status, sizeof status, "STATUS=unhealthy: %s", h->why);
   lct__notify(status);
+  lct__autosave_close(h->srv); /* no periodic save from a device that cannot be trusted either */
   uv_timer_start(&h->exit, lct__health_exit, LCT__HEALTH_GRACE_MS, 0);
   return h->why;
 }

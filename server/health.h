@@ -15,9 +15,10 @@
 typedef struct lct__health lct__health;
 
 /* Watches srv's backend once per loop iteration (one atomic load). On a
- * loss: one error line, STATUS= for systemd, and _exit(LCT__EXIT_DEVICE_LOST)
- * after LCT__HEALTH_GRACE_MS, with no final save: a GPU that cannot be
- * trusted must not overwrite the last snapshot. Loop thread. */
+ * loss: one error line, STATUS= for systemd, periodic saves stopped, and
+ * _exit(LCT__EXIT_DEVICE_LOST) after LCT__HEALTH_GRACE_MS, with no final
+ * save: a GPU that cannot be trusted must not overwrite the last snapshot.
+ * Loop thread. */
 int lct__health_start(lct__server *srv, lct__health **out);
 /* NULL while healthy; else why lctd is not, from then on. Loop thread. */
 const char *lct__health_fault(lct__health *h);

@@ -205,14 +205,17 @@ static void report(soak_client *t, const soak_key *k, const char *what, int rc, 
           k->h[k->from].t.seq, e->t.seq, e->t.version, e->t.bytes, e->t.crc);
 }
 
-/* Marks the start and end of a call for the watchdog; the epoch it began in. */
+/* Marks the start and end of a call for the watchdog. Returns the epoch the
+ * client's model follows, not the current one: a kill between its last check
+ * and this call (or between the pages of a LIST) makes the answer another
+ * lctd's as much as one during the call. */
 static int call_begin(soak_client *t, int op) {
   atomic_store(&t->busy_op, op);
   atomic_store(&t->busy_since, (uint64_t)(now_s() * 1e9));
-  return atomic_load(&t->run->epoch);
+  return t->epoch;
 }
 
-/* Ends a call: 1 when it spanned a kill (its answer, or none, may be another lctd's). */
+/* Ends a call: 1 when a kill came since the epoch of call_begin (its answer, or none, may be another lctd's). */
 static int call_end(soak_client *t, int op, int epoch0, int rc, double t0) {
   atomic_store(&t->busy_since, 0);
   int span = atomic_load(&t->run->epoch) != epoch0;

@@ -215,10 +215,12 @@ static int call_begin(soak_client *t, int op) {
   return t->epoch;
 }
 
-/* Ends a call: 1 when a kill came since the epoch of call_begin (its answer, or none, may be another lctd's). */
+/* Ends a call: 1 when a kill came since the epoch of call_begin (its answer,
+ * or none, may be another lctd's), or liblct says so (LCT_ERESTARTED: the
+ * first call that meets the new lctd, run there or not). */
 static int call_end(soak_client *t, int op, int epoch0, int rc, double t0) {
   atomic_store(&t->busy_since, 0);
-  int span = atomic_load(&t->run->epoch) != epoch0;
+  int span = atomic_load(&t->run->epoch) != epoch0 || rc == LCT_ERESTARTED;
   t->ops[op]++;
   if (rc == 0) lat_add(t->lat[op], now_s() - t0);
   return span;
@@ -413,10 +415,13 @@ static void resync(soak_client *t) {
     soak_key *k = &t->keys[i];
     soak_key_floor(k, r->killed_saved_stamp, 1);
     lct_tensor_info info;
-    double t0 = now_s();
-    int e0 = call_begin(t, OP_GET);
-    int rc = lct_get(t->c, k->name, t->get_buf, r->max_bytes, &info);
-    call_end(t, OP_GET, e0, rc, t0);
+    int rc;
+    do { /* the connection's first call after the restart says so, and a get may be asked again */
+      double t0 = now_s();
+      int e0 = call_begin(t, OP_GET);
+      rc = lct_get(t->c, k->name, t->get_buf, r->max_bytes, &info);
+      if (call_end(t, OP_GET, e0, rc, t0) && rc != 0 && rc != LCT_ENOENT) count_error(t, OP_GET, rc, 1);
+    } while (rc == LCT_ERESTARTED);
     if (rc != 0 && rc != LCT_ENOENT) {
       count_error(t, OP_GET, rc, 0);
       k->from = k->floor; /* unseen: anything the crash may have left */
@@ -508,7 +513,7 @@ static void *watcher_main(void *arg) {
     atomic_store(&r->watcher_busy_since, (uint64_t)(t0 * 1e9));
     int rc = lct_stats(r->watcher, NULL, &text);
     atomic_store(&r->watcher_busy_since, 0);
-    int span = atomic_load(&r->epoch) != e0;
+    int span = atomic_load(&r->epoch) != e0 || rc == LCT_ERESTARTED;
     r->watch_ops++;
     if (rc != 0) {
       r->watch_errs[err_slot(rc)][span]++;
@@ -789,7 +794,9 @@ static int chaos_final(soak_run *r) {
   for (int i = 0; i < r->clients; i++)
     if (r->cl[i].epoch != atomic_load(&r->epoch)) resync(&r->cl[i]);
   uint64_t g = atomic_fetch_add(&r->stamps, 1) + 1;
-  int rc = lct_save(r->watcher, NULL);
+  int rc;
+  while ((rc = lct_save(r->watcher, NULL)) == LCT_ERESTARTED) /* its first call since the last restart */
+    ;
   if (rc != 0) {
     fprintf(stderr, "lct-bench soak: the final save failed: %s\n", lct_last_error(r->watcher));
     return -1;

@@ -58,6 +58,11 @@ typedef struct lct__backend_ops {
    * thread), and host memory src into blob memory (the restore at start). */
   int (*read)(void *ctx, const void *blob, size_t len, void *dst);
   int (*write)(void *ctx, const void *src, size_t len, void *blob);
+  /* 1, with why, once the backend's device can no longer be trusted (a
+   * sticky CUDA error: an illegal address, an uncorrectable ECC error, ...):
+   * from then on every call fails and only a new process recovers; 0 while
+   * it works. NULL in a backend that has no device to lose (cpu). Any thread. */
+  int (*fault)(void *ctx, char *why, size_t cap);
   /* ---- the device path: NULL in a backend without one (cpu) ----
    * Maps a client's GPU allocation by its CUDA IPC handle
    * (LCT_IPC_HANDLE_BYTES), from a bounded cache of open handles keyed by

@@ -2,6 +2,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,11 +101,62 @@ typedef struct lct__cuda {
   lct__cuda_worker workers[];
 } lct__cuda;
 
+/* Errors after which this process's CUDA context cannot be trusted: the
+ * sticky ones, after which the runtime fails every later call with the same
+ * error ("the process must be terminated and relaunched", driver_types.h),
+ * and hardware faults whose data was not corrected. */
+static int lct__cuda_sticky(cudaError_t e) {
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorAssert:
+  case cudaErrorHardwareStackError:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorLaunchFailure:
+  case cudaErrorTensorMemoryLeak:
+  case cudaErrorContained:
+  case cudaErrorExternalDevice:
+  case cudaErrorMpsClientTerminated:
+  case cudaErrorECCUncorrectable:
+  case cudaErrorNvlinkUncorrectable:
+  case cudaErrorUnknown:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* The first such error this process saw, 0 while none: the context is
+ * per process, so one loss is every backend's. */
+static _Atomic int lct__cuda_lost;
+
 /* A failed CUDA call, logged with its text (the kernels' LCT__CUDA_TRY only
- * returns LCT_ECUDA: lctd's log is where an operator finds why). */
+ * returns LCT_ECUDA: lctd's log is where an operator finds why). Once the
+ * device is lost every call fails alike: only the first is worth a line. */
 static int lct__cuda_fail(cudaError_t e, const char *what) {
-  lct__log_error("cuda: %s: %s", what, cudaGetErrorString(e));
+  int none = 0;
+  if (lct__cuda_sticky(e) && atomic_compare_exchange_strong(&lct__cuda_lost, &none, (int)e))
+    lct__log_error("cuda: %s: %s (%s): the device is lost", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  else if (atomic_load(&lct__cuda_lost) != 0)
+    lct__log_debug("cuda: %s: %s", what, cudaGetErrorString(e));
+  else
+    lct__log_error("cuda: %s: %s", what, cudaGetErrorString(e));
   return LCT_ECUDA;
+}
+
+/* rc of a kernel wrapper, whose LCT_ECUDA does not say which error: the
+ * stream then tells whether the device is lost (a sticky error fails every
+ * later call, this one too). */
+static int lct__cuda_kernel_rc(int rc, cudaStream_t stream) {
+  if (rc == LCT_ECUDA) {
+    cudaError_t e = cudaStreamQuery(stream);
+    if (lct__cuda_sticky(e))
+      lct__cuda_fail(e, "a kernel launch");
+  }
+  return rc;
 }
 #define LCT__CUDA_LOGGED(call)               \
   do {                                       \
@@ -165,8 +218,8 @@ static int lct__cuda_codebook(lct__cuda_worker *w, const lct_codebook *cb) {
 static int lct__cuda_worker_for(lct__cuda *g, int index, int dtype, uint64_t n, lct__cuda_worker **w) {
   if (index < 0 || index >= g->n_workers)
     return LCT_EINVAL; /* more codec workers than the backend was opened for */
-  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   *w = &g->workers[index];
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   return n * lct_dtype_size(dtype) > g->segment_max ? LCT_E2BIG : 0;
 }
 
@@ -174,13 +227,15 @@ static int lct__cuda_encode(void *ctx, int worker, int dtype, const lct_codebook
                             void *dst, size_t cap, lct_encode_stats *stats) {
   lct__cuda_worker *w;
   int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
-  if (rc != 0 || (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0))
+  if (rc != 0)
     return rc;
+  if (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0)
+    return lct__cuda_kernel_rc(rc, w->stream);
   LCT__CUDA_LOGGED(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
   LCT__CUDA_LOGGED(cudaMemsetAsync(w->bits, 0, sizeof *w->bits, w->stream));
   lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->bits, NULL};
   if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
-    return rc;
+    return lct__cuda_kernel_rc(rc, w->stream);
   LCT__CUDA_LOGGED(cudaMemcpyAsync(&w->pinned[2], w->bits, sizeof *w->bits, cudaMemcpyDeviceToHost, w->stream));
   LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
   memset(stats, 0, sizeof *stats);
@@ -196,7 +251,7 @@ static int lct__cuda_decode(void *ctx, int worker, int dtype, uint64_t n, const 
     return rc;
   int *status = (int *)&w->pinned[1];
   if ((rc = lct_cuda_decode(dtype, n, blob, len, w->raw, status, w->work, w->work_bytes, w->stream)) != 0)
-    return rc;
+    return lct__cuda_kernel_rc(rc, w->stream);
   LCT__CUDA_LOGGED(cudaMemcpyAsync(dst, w->raw, n * lct_dtype_size(dtype), cudaMemcpyDeviceToHost, w->stream));
   LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
   return *status;
@@ -382,10 +437,15 @@ static int lct__batch_decode(lct__cuda_gets *d, lct__batch_seg *segs, size_t n) 
 
 /* The end of a pass that held lock: after a failure it waits for what the
  * pass queued on stream, so that no kernel still reads or writes blobs and
- * client buffers the caller releases next. */
+ * client buffers the caller releases next, and notes a lost device. */
 static int lct__pass_end(pthread_mutex_t *lock, cudaStream_t stream, int rc) {
-  if (rc != 0 && cudaStreamSynchronize(stream) != cudaSuccess)
-    cudaGetLastError(); /* the failure is already reported by rc */
+  if (rc != 0) {
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (lct__cuda_sticky(e))
+      lct__cuda_fail(e, "cudaStreamSynchronize(after a failed pass)");
+    else if (e != cudaSuccess)
+      cudaGetLastError(); /* the failure is already reported by rc */
+  }
   pthread_mutex_unlock(lock);
   return rc;
 }
@@ -524,6 +584,8 @@ static int lct__cuda_ipc_map(void *ctx, const uint8_t *handle, uint8_t **base, u
   memcpy(h.reserved, handle, LCT_IPC_HANDLE_BYTES);
   void *p;
   cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (lct__cuda_sticky(e))
+    return lct__cuda_fail(e, "cudaIpcOpenMemHandle");
   if (e != cudaSuccess) {
     cudaGetLastError(); /* not sticky: clear it so that it is not reported by a later call */
     lct__log_debug("cuda: cannot open a client's IPC handle: %s", cudaGetErrorString(e));
@@ -599,6 +661,15 @@ static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
   return 0;
 }
 
+static int lct__cuda_fault(void *ctx, char *why, size_t cap) {
+  const lct__cuda *g = ctx;
+  cudaError_t e = (cudaError_t)atomic_load(&lct__cuda_lost);
+  if (e == cudaSuccess)
+    return 0;
+  snprintf(why, cap, "CUDA device %d lost: %s (%s)", g->device, cudaGetErrorString(e), cudaGetErrorName(e));
+  return 1;
+}
+
 static const lct__backend_ops lct__cuda_ops = {
     .name = "cuda",
     .alloc = lct__cuda_alloc,
@@ -614,6 +685,7 @@ static const lct__backend_ops lct__cuda_ops = {
     .encode_batch = lct__cuda_encode_batch,
     .decode_batch = lct__cuda_decode_batch,
     .hist_batch = lct__cuda_hist_batch,
+    .fault = lct__cuda_fault,
 };
 static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   /* The workspace serves both directions: the larger of an encode of the

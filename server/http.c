@@ -1,10 +1,11 @@
-/* http.c — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text, GET /healthz liveness. */
+/* http.c — the HTTP stats endpoint: GET /metrics answers lctd's counters as Prometheus text, GET /healthz liveness (503 once the device is lost). */
 #include "http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "health.h"
 #include "http_parse.h"
 #include "log.h"
 #include "stats.h"
@@ -103,9 +104,13 @@ static void lct__http_request(lct__http_conn *c) {
   case LCT__HTTP_METHOD:
     lct__http_text(c, "405 Method Not Allowed", "only GET\n");
     return;
-  case LCT__HTTP_HEALTHZ:
-    lct__http_text(c, "200 OK", "ok\n");
+  case LCT__HTTP_HEALTHZ: {
+    const char *fault = lct__health_fault(c->http->srv->health);
+    char text[320];
+    snprintf(text, sizeof text, "unhealthy: %s\n", fault != NULL ? fault : "");
+    lct__http_text(c, fault != NULL ? "503 Service Unavailable" : "200 OK", fault != NULL ? text : "ok\n");
     return;
+  }
   case LCT__HTTP_NOT_FOUND:
     lct__http_text(c, "404 Not Found", "lctd serves /metrics and /healthz\n");
     return;

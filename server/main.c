@@ -12,6 +12,10 @@
 #include <uv.h>
 
 #include "conns.h"
+#ifdef LCT_FAULT_INJECTION
+#include "fault_inject.h"
+#endif
+#include "health.h"
 #include "http.h"
 #include "inflight.h"
 #include "log.h"
@@ -63,6 +67,8 @@ static void lct__drain_expired(uv_timer_t *t) {
    * (the final save, too, takes as long as the disk does), and what it wrote
    * is not written again. Its SAVE requests go unanswered, as the others. */
   lct__save_abandon(srv);
+  if (lct__health_fault(srv->health) != NULL)
+    _exit(LCT__EXIT_DEVICE_LOST); /* no final save from a device that cannot be trusted */
   lct__persist_result r;
   if (*srv->cfg.persist_dir != '\0' && lct__persist_save(srv, &r) != 0)
     _exit(1);
@@ -238,6 +244,10 @@ static int lct__open_state(lct__server *srv, char *err, size_t errlen) {
   srv->threads = srv->cfg.threads > 0 ? srv->cfg.threads : (int)(cpus > 0 ? cpus : 4);
   lct__backend be;
   int rc = lct__open_backend(&srv->cfg, srv->threads, &be, &srv->backend_name);
+#ifdef LCT_FAULT_INJECTION
+  if (rc == 0)
+    lct__fault_inject(&be); /* lctd-faults only: tests make the device fail */
+#endif
   if (rc == 0 && (rc = lct__pool_create(&be, &srv->pool)) != 0)
     be.ops->destroy(be.ctx);
   if (rc != 0) {
@@ -253,7 +263,8 @@ static int lct__open_state(lct__server *srv, char *err, size_t errlen) {
       (rc = lct__store_create(&srv->stats, &srv->store)) != 0 ||
       (rc = lct__staging_create(srv, &srv->staging)) != 0 ||
       (rc = lct__inflight_create(srv, &srv->inflight)) != 0 ||
-      (rc = lct__conns_create(LCT__CONNS_MAX, LCT__CHALLENGES_MAX, &srv->conns)) != 0) {
+      (rc = lct__conns_create(LCT__CONNS_MAX, LCT__CHALLENGES_MAX, &srv->conns)) != 0 ||
+      (rc = lct__health_start(srv, &srv->health)) != 0) {
     fprintf(stderr, "lctd: %s\n", lct_strerror(rc));
     return rc;
   }
@@ -317,14 +328,17 @@ static void lct__announce(const lct__main *m) {
     lct__log_warn("cannot notify $NOTIFY_SOCKET of readiness: %s", lct_strerror(rc));
 }
 
-/* After the loop: the final save, then everything in reverse. The exit status. */
+/* After the loop: the final save, then everything in reverse. The exit
+ * status: LCT__EXIT_DEVICE_LOST, and no save, when the device was lost. */
 static int lct__close(lct__main *m) {
   lct__server *srv = &m->srv;
+  int lost = lct__health_fault(srv->health) != NULL;
+  lct__health_stop(srv->health);
   uv_close((uv_handle_t *)&m->drain, NULL);
   uv_run(srv->loop, UV_RUN_NOWAIT);
   lct__workers_stop(srv->workers);
-  int status = 0;
-  if (*srv->cfg.persist_dir != '\0') {
+  int status = lost ? LCT__EXIT_DEVICE_LOST : 0;
+  if (*srv->cfg.persist_dir != '\0' && !lost) {
     lct__persist_result r;
     status = lct__persist_save(srv, &r) == 0 ? 0 : 1;
     lct__log_info("persist: %" PRIu64 " tensors written to %s (%" PRIu64 " bytes), %" PRIu64 " removed%s",

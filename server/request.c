@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "health.h"
 #include "inflight.h"
 #include "lct_error.h"
 #include "log.h"
@@ -300,6 +301,11 @@ void lct__handle_message(void *arg, int sock, uint64_t conn, void *msg, size_t l
   rq->op = rq->hdr->op;
   if (!lct__admit(rq))
     return;
+  const char *fault = lct__health_fault(srv->health);
+  if (fault != NULL) {
+    lct__reply_error(rq, LCT_ECUDA, "lctd is unhealthy and exiting for a restart from its last snapshot: %s", fault);
+    return;
+  }
   lct__op_fn op = rq->op < sizeof lct__ops / sizeof *lct__ops ? lct__ops[rq->op] : NULL;
   if (op == NULL) {
     lct__reply_error(rq, LCT_EOP, "unknown operation %u", rq->op);

@@ -21,6 +21,7 @@ typedef struct lct__saves lct__saves;         /* persist.h */
 typedef struct lct__autosave lct__autosave;   /* persist.h */
 typedef struct lct__inflight lct__inflight;   /* inflight.h */
 typedef struct lct__conns lct__conns;         /* conns.h */
+typedef struct lct__health lct__health;       /* health.h */
 
 typedef struct lct__server {
   uv_loop_t *loop;
@@ -40,6 +41,7 @@ typedef struct lct__server {
   lct__workers *workers;  /* the codec workers (the backend keeps state for each) */
   lct__saves *saves;      /* saves to persist_dir under way and queued */
   lct__autosave *autosave; /* the periodic saves' timer; NULL without persist_dir */
+  lct__health *health;    /* whether the backend's device still works */
   uint64_t codebook_ids;  /* the last lct__entry.codebook_id given */
   uint64_t instance;      /* this run's id in every reply: a client tells a restarted lctd by it */
 } lct__server;

@@ -39,6 +39,11 @@ for want in "Type=notify" "User=lct" "RuntimeDirectory=lct" "NoNewPrivileges=yes
   grep -q "^$want" "$unit" || fail "unit lacks $want"
 done
 grep -q "^PrivateDevices=yes" "$unit" && fail "PrivateDevices would hide /dev/nvidia*"
+# A lost device exits 3 without a final save (server/health.h): systemd restarts lctd from its last
+# snapshot; only a configuration error (2) is final.
+grep -q "^#define LCT__EXIT_DEVICE_LOST 3$" "$top/server/health.h" || fail "the device-lost exit status is not 3"
+grep -q "^Restart=on-failure$" "$unit" || fail "the unit does not restart lctd when it fails"
+grep -q "^RestartPreventExitStatus=2$" "$unit" || fail "RestartPreventExitStatus must be the configuration error (2) alone"
 
 analyze=$(command -v systemd-analyze) || { echo "SKIP: systemd-analyze is not installed (deploy/setup.sh installs systemd)"; exit 77; }
 # Can systemd-analyze verify anything here? A unit that is certainly valid tells.

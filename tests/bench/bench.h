@@ -8,6 +8,7 @@
 
 int bench_codec(int argc, char **argv);
 int bench_service(int argc, char **argv);
+int bench_soak(int argc, char **argv);
 #ifdef LCT_BENCH_GPU
 int bench_gpu(int argc, char **argv);
 #endif
@@ -29,5 +30,7 @@ int bench_parse_list(const char *what, const char *arg, uint64_t *out, int max);
 
 /* Describes this host's CPU for the results ("model, N cores"). */
 void bench_cpu_name(char *buf, size_t cap);
+/* A tcp port on 127.0.0.1 free at this moment; -1 if none could be had. */
+int bench_free_port(void);
 
 #endif

@@ -11,6 +11,9 @@ static const struct {
     {"codec", "codec [--json] [--out FILE] FILE...   CPU codec: ratio vs order-0 bound and zstd, GB/s", bench_codec},
     {"service", "service [--backend B] [--sizes MiB,...] [--reps N] [--data FILE] [--out FILE]   lctd vs redis",
      bench_service},
+    {"soak", "soak [--seconds S] [--clients N] [--keys N] [--max-mib N] [--backend B] [--chaos] [--out FILE]   "
+             "verified load on lctd, SIGKILLs and restarts with --chaos",
+     bench_soak},
 #ifdef LCT_BENCH_GPU
     {"gpu", "gpu [--json] [--out FILE] [--data DIR] [--sizes MiB,...] [--reps N]   GPU codec vs same-run memcpy",
      bench_gpu},

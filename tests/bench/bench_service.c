@@ -30,16 +30,6 @@ static void die(const char *fmt, const char *arg) {
   exit(1);
 }
 
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(s, (struct sockaddr *)&a, &len) != 0)
-    die("%s", "cannot find a free port");
-  close(s);
-  return ntohs(a.sin_port);
-}
-
 static pid_t spawn(char *const argv[]) {
   pid_t pid = fork();
   if (pid < 0) die("%s", "fork failed");
@@ -271,7 +261,8 @@ int bench_service(int argc, char **argv) {
   self[n] = '\0';
   snprintf(lctd, sizeof lctd, "%s/lctd", dirname(self));
   snprintf(ipc, sizeof ipc, "ipc:///tmp/lct-bench-%d.sock", (int)getpid());
-  int port = free_port(), rport = free_port();
+  int port = bench_free_port(), rport = bench_free_port();
+  if (port < 0 || rport < 0) die("%s", "cannot find a free port");
   snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", port);
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(rport_s, sizeof rport_s, "%d", rport);

@@ -1,8 +1,11 @@
 /* bench_util.c — timing, file and host-description helpers for lct-bench. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,4 +110,13 @@ int bench_parse_list(const char *what, const char *arg, uint64_t *out, int max) 
     p = *end == ',' ? end + 1 : end;
   }
   return n;
+}
+
+int bench_free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0;
+  if (s >= 0) close(s);
+  return ok ? ntohs(a.sin_port) : -1;
 }

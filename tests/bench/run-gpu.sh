@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck,
 # lct-bench gpu, lctd's integration suite on the cuda backend, the device path (lct_put_device /
-# lct_get_device), the Python binding with CUDA tensors, the optimizer step alone and the trainer
-# offload measurement.
+# lct_get_device), a lost GPU (lctd-faults), the Python binding with CUDA tensors, the optimizer step
+# alone, the trainer offload measurement and lct-bench soak (plain and --chaos) on the cuda backend.
 #
 #   tests/bench/run-gpu.sh [BUILD_DIR] [DATA_DIR]
 #
@@ -13,7 +13,7 @@
 # $OUT (default ./gpu-results); the summary is printed last. LCT_TEST_TIMEOUT,
 # LCT_BENCH_TIMEOUT and LCT_SAN_TIMEOUT (seconds, per test) bound each step;
 # LCT_SAN_TESTS names the tests run under the sanitizer (default: all but the
-# multi-MiB one).
+# multi-MiB one); LCT_SOAK_SECONDS is each soak's length (default 120; 0 skips them).
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd) || exit 1 # absolute, however it was given
 data=${2:-}
@@ -40,7 +40,7 @@ fi
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 
 # 1. GPU tests through ctest.
-ctest --test-dir "$build" -L gpu -E '^test_device$' --output-on-failure --timeout "${LCT_TEST_TIMEOUT:-240}" >"$out/ctest.log" 2>&1
+ctest --test-dir "$build" -L gpu -E '^(test_device|test_faults_gpu)$' --output-on-failure --timeout "${LCT_TEST_TIMEOUT:-240}" >"$out/ctest.log" 2>&1
 ctest_rc=$?
 ctest_line=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)
 synth=$(grep -ao 'Synthesis:.*' "$out/ctest.log" | tail -1)
@@ -83,6 +83,12 @@ timeout "${LCT_TEST_TIMEOUT:-240}" "$build/bin/test_device" --jobs=1 >"$out/devi
 device_rc=$?
 device_synth=$(grep -ao 'Synthesis:.*' "$out/device.log" | tail -1)
 
+# 4c. A lost GPU: lctd-faults meets a real illegal address at its third codec call, refuses every
+#     request, answers /healthz 503 and exits 3 without a final save; a restart restores the last snapshot.
+timeout "${LCT_TEST_TIMEOUT:-240}" "$build/bin/test_faults" --jobs=1 --filter='faults/*' >"$out/faults.log" 2>&1
+faults_rc=$?
+faults_synth=$(grep -ao 'Synthesis:.*' "$out/faults.log" | tail -1)
+
 # 5. The Python binding and the offloaded AdamW with the machine's torch (CUDA tensors where it sees a GPU).
 LCT_LIBRARY=$build/lib/liblct.so LCT_LCTD=$build/bin/lctd LCT_CLI=$build/bin/lct PYTHONUNBUFFERED=1 \
   timeout "${LCT_TEST_TIMEOUT:-240}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
@@ -114,6 +120,17 @@ if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
   [[ $mps == on ]] && echo quit | nvidia-cuda-mps-control
 fi
 
+# 7. lct-bench soak on the cuda backend, device ops included: verified load, then SIGKILLs and restarts.
+soak_rc=skipped chaos_rc=skipped soak_s=${LCT_SOAK_SECONDS:-120}
+if [[ $soak_s != 0 ]]; then
+  timeout $((soak_s + 300)) "$build/bin/lct-bench" soak --backend cuda --seconds "$soak_s" --out "$out/soak.json" \
+    >"$out/soak.txt" 2>&1
+  soak_rc=$?
+  timeout $((soak_s + 300)) "$build/bin/lct-bench" soak --backend cuda --seconds "$soak_s" --chaos \
+    --out "$out/soak_chaos.json" >"$out/soak_chaos.txt" 2>&1
+  chaos_rc=$?
+fi
+
 echo "=== GPU: ${gpu:-unknown}"
 cat "$out/bench.txt"
 echo
@@ -125,6 +142,7 @@ printf '%-18s %s\n' "compute-sanitizer" "rc=$san_rc ${san_errors:+tests with err
 printf '%-18s %s\n' "lct-bench gpu" "rc=$bench_rc (data: $data)"
 printf '%-18s %s\n' "lctd on cuda" "rc=$client_rc ${client_synth}"
 printf '%-18s %s\n' "device path" "rc=$device_rc ${device_synth}"
+printf '%-18s %s\n' "lost GPU" "rc=$faults_rc ${faults_synth}"
 printf '%-18s %s\n' "python + torch" "rc=$py_rc ${py_line}"
 printf '%-18s %s\n' "device put/get" "rc=$put_rc mps=$mps"
 [[ -f $out/put.log ]] && tail -n +2 "$out/put.log" | sed 's/^/    /'
@@ -132,7 +150,13 @@ printf '%-18s %s\n' "optimizer step" "rc=$step_rc mps=$mps"
 grep -a -A4 '^ *torch AdamW' "$out/step.log" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "train offload" "rc=$train_rc mps=$mps"
 grep -a -E '^ *(torch AdamW|step ms \(median, interleaved|step time vs)' "$out/train.log" 2>/dev/null | sed 's/^/    /'
+printf '%-18s %s\n' "soak" "rc=$soak_rc"
+grep -a -E '^(op |put|get|stat|list|delete|save|verified|lctd)' "$out/soak.txt" 2>/dev/null | sed 's/^/    /'
+printf '%-18s %s\n' "soak --chaos" "rc=$chaos_rc"
+grep -a -E '^(restarts|verified|lctd stop)' "$out/soak_chaos.txt" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
-[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $py_rc -eq 0 && ( $san_rc == 0 || $san_rc == skipped ) \
+[[ $ctest_rc -eq 0 && $bench_rc -eq 0 && $client_rc -eq 0 && $device_rc -eq 0 && $faults_rc -eq 0 && $py_rc -eq 0 \
+   && ( $san_rc == 0 || $san_rc == skipped ) \
    && ( $train_rc == 0 || $train_rc == skipped ) && ( $step_rc == 0 || $step_rc == skipped ) \
-   && ( $put_rc == 0 || $put_rc == skipped ) ]]
+   && ( $put_rc == 0 || $put_rc == skipped ) && ( $soak_rc == 0 || $soak_rc == skipped ) \
+   && ( $chaos_rc == 0 || $chaos_rc == skipped ) ]]

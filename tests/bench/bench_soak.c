@@ -420,7 +420,8 @@ static void resync(soak_client *t) {
       double t0 = now_s();
       int e0 = call_begin(t, OP_GET);
       rc = lct_get(t->c, k->name, t->get_buf, r->max_bytes, &info);
-      if (call_end(t, OP_GET, e0, rc, t0) && rc != 0 && rc != LCT_ENOENT) count_error(t, OP_GET, rc, 1);
+      call_end(t, OP_GET, e0, rc, t0);
+      if (rc == LCT_ERESTARTED) count_error(t, OP_GET, rc, 1);
     } while (rc == LCT_ERESTARTED);
     if (rc != 0 && rc != LCT_ENOENT) {
       count_error(t, OP_GET, rc, 0);

@@ -138,4 +138,12 @@ static inline uint64_t test_metric(lct_client *c, const char *series) {
   return v;
 }
 
+/* A one-dimensional put of bytes that must succeed. */
+static inline void test_put_ok(lct_client *c, const char *key, lct_dtype dtype, const void *data, size_t bytes,
+                               lct_tensor_info *info) {
+  uint64_t shape[1] = {bytes / lct_dtype_size(dtype)};
+  int rc = lct_put(c, key, dtype, shape, 1, data, bytes, info);
+  cr_assert_eq(rc, 0, "put %s (%zu bytes): %s: %s", key, bytes, lct_strerror(rc), lct_last_error(c));
+}
+
 #endif

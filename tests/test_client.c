@@ -24,23 +24,6 @@ static void start_small_frames(void) {
 
 static void start_default(void) { test_lctd_start(&daemon_, NULL); }
 
-/* Seeded bf16-like data: a handful of exponents, random mantissas. */
-static uint8_t *bf16_data(uint64_t seed, size_t n_elems) {
-  test_rng r = {seed};
-  uint16_t *p = malloc(n_elems * 2 + 1);
-  for (size_t i = 0; i < n_elems; i++) {
-    uint64_t x = test_rand(&r);
-    p[i] = (uint16_t)(((x >> 20) & 1) << 15 | (0x78 + (x & 7)) << 7 | ((x >> 8) & 0x7f));
-  }
-  return (uint8_t *)p;
-}
-
-static void put_ok(lct_client *c, const char *key, int dtype, const void *data, size_t bytes, lct_tensor_info *info) {
-  uint64_t shape[1] = {bytes / lct_dtype_size(dtype)};
-  int rc = lct_put(c, key, dtype, shape, 1, data, bytes, info);
-  cr_assert_eq(rc, 0, "put %s (%zu bytes): %s: %s", key, bytes, lct_strerror(rc), lct_last_error(c));
-}
-
 static void get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
   void *got;
   lct_tensor_info info;
@@ -123,7 +106,7 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
   cr_assert(strncmp(si.server, "lctd ", 5) == 0);
 
   size_t n = 100000;
-  uint8_t *w = bf16_data(1, n);
+  uint8_t *w = test_bf16_data(1, n);
   uint64_t shape[2] = {400, 250};
   lct_tensor_info put_info, info;
   cr_assert_eq(lct_put(c, "model/w", LCT_DTYPE_BF16, shape, 2, w, n * 2, &put_info), 0, "%s", lct_last_error(c));
@@ -149,13 +132,13 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
   cr_assert_eq(memcmp(buf, w, n * 2), 0);
 
   /* Overwrite: a new version, the new bytes. */
-  uint8_t *w2 = bf16_data(2, n);
+  uint8_t *w2 = test_bf16_data(2, n);
   cr_assert_eq(lct_put(c, "model/w", LCT_DTYPE_BF16, shape, 2, w2, n * 2, &info), 0);
   cr_assert_gt(info.version, put_info.version);
   get_equals(c, "model/w", w2, n * 2);
 
-  put_ok(c, "model/b", LCT_DTYPE_F32, w, 4000, NULL);
-  put_ok(c, "opt/m", LCT_DTYPE_RAW, w, 7, NULL);
+  test_put_ok(c, "model/b", LCT_DTYPE_F32, w, 4000, NULL);
+  test_put_ok(c, "opt/m", LCT_DTYPE_RAW, w, 7, NULL);
   lct_list_page *page;
   cr_assert_eq(lct_list(c, "model/", NULL, 0, &page), 0);
   cr_assert_eq(page->n, 2);
@@ -208,7 +191,7 @@ static void round_trip_data_dir(const char *endpoint, int single_segment) {
     size_t bytes;
     uint8_t *data = test_read_data(name, &bytes);
     lct_tensor_info info;
-    put_ok(c, name, dtype, data, bytes, &info);
+    test_put_ok(c, name, dtype, data, bytes, &info);
     cr_assert_lt(info.stored_bytes, bytes, "%s: real tensors compress", name);
     if (single_segment && bytes <= (256 << 10)) {
       /* One segment: the stored blob is the reference encoder's, byte count for byte count. */
@@ -224,7 +207,7 @@ static void round_trip_data_dir(const char *endpoint, int single_segment) {
     }
     get_equals(c, name, data, bytes);
     /* A second put of the key reuses its codebook and still round-trips. */
-    put_ok(c, name, dtype, data, bytes, &info);
+    test_put_ok(c, name, dtype, data, bytes, &info);
     get_equals(c, name, data, bytes);
     free(data);
     files++;
@@ -254,14 +237,14 @@ Test(client, sizes, .init = start_small_frames, .fini = stop) {
   size_t sizes[] = {0, 1, 2, 3, chunk - 1, chunk, chunk + 1, seg - 1, seg, seg + 1, 3 * seg + 17, 500000};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t n = sizes[i];
-    uint8_t *d = bf16_data(100 + i, n);
+    uint8_t *d = test_bf16_data(100 + i, n);
     char key[32];
     snprintf(key, sizeof key, "n%zu", n);
-    put_ok(c, key, LCT_DTYPE_BF16, d, n * 2, NULL);
+    test_put_ok(c, key, LCT_DTYPE_BF16, d, n * 2, NULL);
     get_equals(c, key, d, n * 2);
-    put_ok(c, key, LCT_DTYPE_RAW, d, n * 2, NULL);
+    test_put_ok(c, key, LCT_DTYPE_RAW, d, n * 2, NULL);
     get_equals(c, key, d, n * 2);
-    put_ok(c, key, LCT_DTYPE_F8E4M3, d, n * 2, NULL);
+    test_put_ok(c, key, LCT_DTYPE_F8E4M3, d, n * 2, NULL);
     get_equals(c, key, d, n * 2);
     free(d);
   }
@@ -278,9 +261,9 @@ Test(client, sizes, .init = start_small_frames, .fini = stop) {
 Test(client, larger_than_frame, .init = start_default, .fini = stop) {
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = (20u << 20) / 2 + 12345;
-  uint8_t *d = bf16_data(9, n);
+  uint8_t *d = test_bf16_data(9, n);
   lct_tensor_info info;
-  put_ok(c, "big", LCT_DTYPE_BF16, d, n * 2, &info);
+  test_put_ok(c, "big", LCT_DTYPE_BF16, d, n * 2, &info);
   cr_assert_lt(info.stored_bytes, n * 2);
   get_equals(c, "big", d, n * 2);
   char *text;
@@ -301,10 +284,10 @@ Test(client, chunks_straddle_segments, .init = start_default, .fini = stop) {
   lct_client *c;
   cr_assert_eq(lct_connect(&o, &c), 0);
   size_t n = 700001;
-  uint8_t *d = bf16_data(12, n);
-  put_ok(c, "odd", LCT_DTYPE_BF16, d, n * 2, NULL);
+  uint8_t *d = test_bf16_data(12, n);
+  test_put_ok(c, "odd", LCT_DTYPE_BF16, d, n * 2, NULL);
   get_equals(c, "odd", d, n * 2);
-  put_ok(c, "odd", LCT_DTYPE_F32, d, (n - 1) * 2, NULL);
+  test_put_ok(c, "odd", LCT_DTYPE_F32, d, (n - 1) * 2, NULL);
   get_equals(c, "odd", d, (n - 1) * 2);
   lct_close(c);
 
@@ -358,7 +341,7 @@ static void *worker_run(void *arg) {
   test_rng r = {(uint64_t)w->id * 1000};
   for (int i = 0; i < 100; i++) {
     size_t n = 1 + test_rand(&r) % 60000; /* up to 120 KB: some puts and gets span frames */
-    uint8_t *d = bf16_data((uint64_t)w->id * 100000 + (uint64_t)i, n);
+    uint8_t *d = test_bf16_data((uint64_t)w->id * 100000 + (uint64_t)i, n);
     char key[32];
     snprintf(key, sizeof key, "w%d/%d", w->id, i % 10);
     uint64_t shape[1] = {n};
@@ -402,7 +385,7 @@ Test(client, list_pages, .init = start_default, .fini = stop) {
   char key[32];
   for (int i = 0; i < 1234; i++) {
     snprintf(key, sizeof key, "%s/%04d", i % 3 ? "a" : "b", i);
-    put_ok(c, key, LCT_DTYPE_RAW, &byte, 1, NULL);
+    test_put_ok(c, key, LCT_DTYPE_RAW, &byte, 1, NULL);
   }
   char *cursor = NULL;
   size_t total = 0;
@@ -438,9 +421,9 @@ Test(client, list_pages, .init = start_default, .fini = stop) {
 Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = 200000;
-  uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n);
-  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* same distribution: reused */
+  uint8_t *a = test_bf16_data(1, n), *b = test_bf16_data(2, n);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* same distribution: reused */
   lct_server_stats st = test_stats(c);
   cr_assert_eq(st.codebook_builds, 1);
   cr_assert_eq(st.codebook_rebuilds, 0);
@@ -448,14 +431,14 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   uint16_t *s = (uint16_t *)b;
   for (size_t i = 0; i < n; i++) s[i] = (uint16_t)(s[i] - (0x40 << 7));
   lct_tensor_info drifted, counted, refit;
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
   st = test_stats(c);
   cr_assert_eq(st.codebook_rebuilds, 0, "a drifted put is stored as coded");
   get_equals(c, "m", b, n * 2);
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &counted); /* counts its symbols in its encode pass */
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &counted); /* counts its symbols in its encode pass */
   st = test_stats(c);
   cr_assert_eq(st.codebook_rebuilds, 1, "drift past 2%% rebuilt the codebook at the key's next put");
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
   cr_assert_lt(refit.stored_bytes, n * 2 * 3 / 4, "the rebuilt codebook codes well");
   cr_assert_lt(refit.stored_bytes, drifted.stored_bytes, "better than the stale codebook");
   st = test_stats(c);
@@ -478,9 +461,9 @@ static void still_serving(const uint8_t *ref, size_t bytes) {
 
 Test(client, bad_frames, .init = start_small_frames, .fini = stop) {
   size_t n = 50000;
-  uint8_t *ref = bf16_data(5, n);
+  uint8_t *ref = test_bf16_data(5, n);
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "ref", LCT_DTYPE_BF16, ref, n * 2, NULL);
+  test_put_ok(c, "ref", LCT_DTYPE_BF16, ref, n * 2, NULL);
   lct_close(c);
   raw_conn r = raw_open(daemon_.ipc);
 
@@ -584,7 +567,7 @@ Test(client, bad_frames, .init = start_small_frames, .fini = stop) {
 Test(client, oversized_message_drops_only_that_peer, .init = start_small_frames, .fini = stop) {
   uint8_t ref[100] = {1, 2, 3};
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "ref", LCT_DTYPE_RAW, ref, sizeof ref, NULL);
+  test_put_ok(c, "ref", LCT_DTYPE_RAW, ref, sizeof ref, NULL);
   raw_conn r = raw_open(daemon_.ipc);
   int t = 1000;
   nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
@@ -604,7 +587,7 @@ Test(client, chunked_put_protocol_errors, .init = start_small_frames, .fini = st
   uint8_t ref[1000];
   memset(ref, 7, sizeof ref);
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "ref", LCT_DTYPE_RAW, ref, sizeof ref, NULL);
+  test_put_ok(c, "ref", LCT_DTYPE_RAW, ref, sizeof ref, NULL);
   raw_conn r = raw_open(daemon_.ipc);
   Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
   uint64_t shape[1] = {1000};
@@ -740,7 +723,7 @@ static void full_pool_checks(const char *endpoint) {
   size_t bytes = 600 << 10;
   uint8_t *a = malloc(bytes), *b = malloc(bytes);
   for (size_t i = 0; i < bytes; i++) a[i] = (uint8_t)test_rand(&rng), b[i] = (uint8_t)test_rand(&rng);
-  put_ok(c, "a", LCT_DTYPE_RAW, a, bytes, NULL);
+  test_put_ok(c, "a", LCT_DTYPE_RAW, a, bytes, NULL);
   uint64_t shape[1] = {bytes};
   cr_assert_eq(lct_put(c, "a", LCT_DTYPE_RAW, shape, 1, b, bytes, NULL), LCT_ENOSPC, "overwrite needs room for both");
   cr_assert(strstr(lct_last_error(c), "in use"), "message: %s", lct_last_error(c));
@@ -752,7 +735,7 @@ static void full_pool_checks(const char *endpoint) {
   cr_assert_eq(st.pool_used, st.stored_bytes, "nothing leaked from the refused puts");
   cr_assert_eq(st.staging_bytes, 0);
   cr_assert_eq(lct_delete(c, "a"), 0);
-  put_ok(c, "b", LCT_DTYPE_RAW, b, bytes, NULL);
+  test_put_ok(c, "b", LCT_DTYPE_RAW, b, bytes, NULL);
   get_equals(c, "b", b, bytes);
   free(a);
   free(b);
@@ -823,8 +806,8 @@ static void start_bounded(void) {
 Test(client, unread_replies_bounded, .init = start_bounded, .fini = stop) {
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = 2u << 20; /* 4 MiB of bf16: its decode takes a while */
-  uint8_t *big = bf16_data(21, n), *small = bf16_data(22, 32768);
-  put_ok(c, "big", LCT_DTYPE_BF16, big, n * 2, NULL);
+  uint8_t *big = test_bf16_data(21, n), *small = test_bf16_data(22, 32768);
+  test_put_ok(c, "big", LCT_DTYPE_BF16, big, n * 2, NULL);
   /* The peak from here on (writing 5 resets VmHWM to VmRSS). */
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/clear_refs", (int)daemon_.pid);
@@ -844,7 +827,7 @@ Test(client, unread_replies_bounded, .init = start_bounded, .fini = stop) {
   /* Meanwhile a client that reads its replies is served, every time. */
   uint64_t rss_max = 0;
   for (int i = 0; i < 20; i++) {
-    put_ok(c, "small", LCT_DTYPE_BF16, small, 65536, NULL);
+    test_put_ok(c, "small", LCT_DTYPE_BF16, small, 65536, NULL);
     get_equals(c, "small", small, 65536);
     uint64_t rss = proc_kib(daemon_.pid, "VmRSS");
     rss_max = rss > rss_max ? rss : rss_max;
@@ -875,8 +858,8 @@ static void start_one_thread(void) {
 Test(client, requests_per_connection_bounded, .init = start_one_thread, .fini = stop) {
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = 8u << 20; /* 16 MiB of bf16: one codec thread takes a while over each */
-  uint8_t *big = bf16_data(23, n);
-  put_ok(c, "big", LCT_DTYPE_BF16, big, n * 2, NULL);
+  uint8_t *big = test_bf16_data(23, n);
+  test_put_ok(c, "big", LCT_DTYPE_BF16, big, n * 2, NULL);
   /* A raw socket need not wait for replies: it sends 8 GETs at once. */
   int s = nn_socket(AF_SP_RAW, NN_REQ);
   cr_assert(s >= 0 && nn_connect(s, daemon_.ipc) >= 0);
@@ -1007,9 +990,9 @@ static void start_short_timeout(void) {
 
 Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
   size_t n = 300000;
-  uint8_t *ref = bf16_data(8, n);
+  uint8_t *ref = test_bf16_data(8, n);
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "ref", LCT_DTYPE_BF16, ref, n * 2, NULL);
+  test_put_ok(c, "ref", LCT_DTYPE_BF16, ref, n * 2, NULL);
   /* A separate client process begins a 2 MiB put, sends all but the last
    * chunk, and is killed. */
   int out[2];
@@ -1043,7 +1026,7 @@ Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
   cr_assert_eq(st.puts_expired, 1);
   cr_assert_eq(st.staging_bytes, 0, "its memory was reclaimed");
   get_equals(c, "ref", ref, n * 2);
-  put_ok(c, "after", LCT_DTYPE_BF16, ref, n * 2, NULL);
+  test_put_ok(c, "after", LCT_DTYPE_BF16, ref, n * 2, NULL);
   get_equals(c, "after", ref, n * 2);
   free(ref);
   lct_close(c);
@@ -1155,7 +1138,7 @@ static char *http_exchange(const char *request, size_t len) {
 Test(client, http_metrics, .init = start_http, .fini = stop) {
   lct_client *c = test_connect(daemon_.ipc);
   uint8_t byte = 1;
-  put_ok(c, "k", LCT_DTYPE_RAW, &byte, 1, NULL);
+  test_put_ok(c, "k", LCT_DTYPE_RAW, &byte, 1, NULL);
   /* An idle connection does not hold up the others. */
   int idle = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
@@ -1276,11 +1259,11 @@ Test(client, device_many_requests_checked, .init = start_default, .fini = stop) 
   cr_assert_eq(test_stats(c).device_fallbacks, fallbacks + 1);
   /* Gets are checked against what is stored. */
   uint8_t data[1024] = {0};
-  put_ok(c, "m0", LCT_DTYPE_F32, data, sizeof data, NULL);
-  put_ok(c, "m2", LCT_DTYPE_F32, data, sizeof data, NULL);
+  test_put_ok(c, "m0", LCT_DTYPE_F32, data, sizeof data, NULL);
+  test_put_ok(c, "m2", LCT_DTYPE_F32, data, sizeof data, NULL);
   cr_assert_eq(many_call(&r, GET, &dev, ptrs, 3, &failed), (uint32_t)-LCT_ENOENT);
   cr_assert_eq(failed, 1);
-  put_ok(c, "m1", LCT_DTYPE_F32, data, sizeof data, NULL);
+  test_put_ok(c, "m1", LCT_DTYPE_F32, data, sizeof data, NULL);
   items[2].size = 1000;
   cr_assert_eq(many_call(&r, GET, &dev, ptrs, 3, &failed), (uint32_t)-LCT_EBUFSIZE);
   cr_assert_eq(failed, 2);
@@ -1336,7 +1319,7 @@ Test(client, device_single_requests_checked, .init = start_default, .fini = stop
   cr_assert_eq(test_stats(c).device_fallbacks, fallbacks + 1);
   cr_assert_eq(one_call(&r, "s", NULL, &dev), (uint32_t)-LCT_ENOENT);
   uint8_t data[1024] = {0};
-  put_ok(c, "s", LCT_DTYPE_F32, data, sizeof data, NULL);
+  test_put_ok(c, "s", LCT_DTYPE_F32, data, sizeof data, NULL);
   dev.size = 1000;
   cr_assert_eq(one_call(&r, "s", NULL, &dev), (uint32_t)-LCT_EBUFSIZE);
   dev.size = 4096; /* a larger buffer serves a get */

@@ -55,23 +55,6 @@ static void crash(void) {
   daemon_.pid = 0;
 }
 
-/* Seeded bf16-like data: a handful of exponents, random mantissas. */
-static uint8_t *bf16_data(uint64_t seed, size_t n_elems) {
-  test_rng r = {seed};
-  uint16_t *p = malloc(n_elems * 2 + 1);
-  for (size_t i = 0; i < n_elems; i++) {
-    uint64_t x = test_rand(&r);
-    p[i] = (uint16_t)(((x >> 20) & 1) << 15 | (0x78 + (x & 7)) << 7 | ((x >> 8) & 0x7f));
-  }
-  return (uint8_t *)p;
-}
-
-static void put_ok(lct_client *c, const char *key, int dtype, const void *data, size_t bytes, lct_tensor_info *info) {
-  uint64_t shape[1] = {bytes / lct_dtype_size(dtype)};
-  int rc = lct_put(c, key, dtype, shape, 1, data, bytes, info);
-  cr_assert_eq(rc, 0, "put %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
-}
-
 static void get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
   void *got;
   lct_tensor_info info;
@@ -149,8 +132,8 @@ static void serves_and_persists(uint64_t skipped_files) {
   lct_client *c = test_connect(daemon_.ipc);
   cr_assert_eq(skipped(c), skipped_files);
   size_t n = 50000;
-  uint8_t *a = bf16_data(7, n);
-  put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
+  uint8_t *a = test_bf16_data(7, n);
+  test_put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
   get_equals(c, "a", a, n * 2);
   save_ok(c);
   lct_close(c);
@@ -179,7 +162,7 @@ Test(persist, symlink_is_not_followed, .init = setup, .fini = teardown) {
   /* A valid snapshot file of key "secret", moved outside persist_dir and linked back in. */
   start(NULL);
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "secret", LCT_DTYPE_RAW, "restored through a link", 23, NULL);
+  test_put_ok(c, "secret", LCT_DTYPE_RAW, "restored through a link", 23, NULL);
   lct_close(c);
   test_lctd_stop(&daemon_);
   char name[64], path[256];
@@ -199,7 +182,7 @@ Test(persist, symlink_is_not_followed, .init = setup, .fini = teardown) {
 
   start(NULL); /* a save of the key whose name the link holds replaces the link, not its target */
   c = test_connect(daemon_.ipc);
-  put_ok(c, "secret", LCT_DTYPE_RAW, "stored in persist_dir", 21, NULL);
+  test_put_ok(c, "secret", LCT_DTYPE_RAW, "stored in persist_dir", 21, NULL);
   save_ok(c);
   lct_close(c);
   test_lctd_stop(&daemon_);
@@ -214,13 +197,13 @@ Test(persist, symlink_is_not_followed, .init = setup, .fini = teardown) {
 Test(persist, symlink_at_temporary_name_is_not_followed, .init = setup, .fini = teardown) {
   start(NULL);
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "k", LCT_DTYPE_RAW, "version one", 11, NULL);
+  test_put_ok(c, "k", LCT_DTYPE_RAW, "version one", 11, NULL);
   save_ok(c);
   char name[64], tmp[256];
   the_snapshot(name);
   snprintf(tmp, sizeof tmp, "%s/.%s.tmp", state_, name);
   cr_assert_eq(symlink(outside_, tmp), 0); /* where the next save of "k" writes first */
-  put_ok(c, "k", LCT_DTYPE_RAW, "version two", 11, NULL);
+  test_put_ok(c, "k", LCT_DTYPE_RAW, "version two", 11, NULL);
   save_ok(c);
   lct_close(c);
   assert_outside_untouched();
@@ -255,13 +238,13 @@ Test(persist, save_interval_bounds_what_sigkill_loses, .init = setup, .fini = te
   start(extra);
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = 300000;
-  uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n), *b2 = bf16_data(3, n);
-  put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
-  put_ok(c, "b", LCT_DTYPE_BF16, b, n * 2, NULL);
-  put_ok(c, "gone", LCT_DTYPE_RAW, "deleted later", 13, NULL);
+  uint8_t *a = test_bf16_data(1, n), *b = test_bf16_data(2, n), *b2 = test_bf16_data(3, n);
+  test_put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
+  test_put_ok(c, "b", LCT_DTYPE_BF16, b, n * 2, NULL);
+  test_put_ok(c, "gone", LCT_DTYPE_RAW, "deleted later", 13, NULL);
   test_sleep_ms(2500); /* one interval, a save, and margin */
-  put_ok(c, "b", LCT_DTYPE_BF16, b2, n * 2, NULL); /* the next save writes only what changed */
-  put_ok(c, "c", LCT_DTYPE_RAW, "new", 3, NULL);
+  test_put_ok(c, "b", LCT_DTYPE_BF16, b2, n * 2, NULL); /* the next save writes only what changed */
+  test_put_ok(c, "c", LCT_DTYPE_RAW, "new", 3, NULL);
   cr_assert_eq(lct_delete(c, "gone"), 0);
   lct_tensor_info before;
   cr_assert_eq(lct_stat(c, "b", &before), 0);
@@ -296,7 +279,7 @@ Test(persist, save_interval_reloads_on_sighup, .init = setup, .fini = teardown) 
   const char *extra[] = {"--config", conf, NULL};
   start(extra);
   lct_client *c = test_connect(daemon_.ipc);
-  put_ok(c, "lost", LCT_DTYPE_RAW, "never saved", 11, NULL);
+  test_put_ok(c, "lost", LCT_DTYPE_RAW, "never saved", 11, NULL);
   test_sleep_ms(1500);
   lct_close(c);
   crash();
@@ -304,7 +287,7 @@ Test(persist, save_interval_reloads_on_sighup, .init = setup, .fini = teardown) 
   start(extra);
   c = test_connect(daemon_.ipc);
   get_missing(c, "lost");
-  put_ok(c, "kept", LCT_DTYPE_RAW, "saved by the timer", 18, NULL);
+  test_put_ok(c, "kept", LCT_DTYPE_RAW, "saved by the timer", 18, NULL);
   f = fopen(conf, "w");
   cr_assert(f != NULL);
   fputs("save_interval 1s\n", f);
@@ -340,9 +323,9 @@ Test(persist, codebook_survives_restart, .init = setup, .fini = teardown) {
   start(NULL);
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = 600000;
-  uint8_t *a = bf16_data(11, n);
+  uint8_t *a = test_bf16_data(11, n);
   lct_tensor_info first, again;
-  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, &first);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, &first);
   cr_assert_eq(test_stats(c).codebook_builds, 1);
   lct_close(c);
   test_lctd_stop(&daemon_);
@@ -353,7 +336,7 @@ Test(persist, codebook_survives_restart, .init = setup, .fini = teardown) {
 
   start(NULL);
   c = test_connect(daemon_.ipc);
-  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, &again);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, &again);
   lct_server_stats st = test_stats(c);
   cr_assert_eq(st.codebook_builds, 0, "the restored codebook is reused");
   cr_assert_eq(st.codebook_rebuilds, 0);
@@ -375,22 +358,22 @@ Test(persist, stale_codebook_survives_restart, .init = setup, .fini = teardown) 
   start(NULL);
   lct_client *c = test_connect(daemon_.ipc);
   size_t n = 200000;
-  uint8_t *a = bf16_data(1, n), *b = bf16_data(2, n);
-  put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
+  uint8_t *a = test_bf16_data(1, n), *b = test_bf16_data(2, n);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, a, n * 2, NULL);
   uint16_t *s = (uint16_t *)b; /* every exponent shifted: the codebook drifts */
   for (size_t i = 0; i < n; i++) s[i] = (uint16_t)(s[i] - (0x40 << 7));
   lct_tensor_info drifted, refit;
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
   lct_close(c);
   test_lctd_stop(&daemon_);
 
   start(NULL);
   c = test_connect(daemon_.ipc);
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* counts its symbols: the codebook was stale */
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, NULL); /* counts its symbols: the codebook was stale */
   lct_server_stats st = test_stats(c);
   cr_assert_eq(st.codebook_builds, 0);
   cr_assert_eq(st.codebook_rebuilds, 1, "the restored stale mark rebuilt the codebook");
-  put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
+  test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
   cr_assert_lt(refit.stored_bytes, drifted.stored_bytes);
   get_equals(c, "m", b, n * 2);
   lct_close(c);

@@ -24,6 +24,17 @@ static inline uint64_t test_rand(test_rng *r) {
 }
 
 /* The data directory: $LCT_TEST_DATA (a build run on another machine), else the configured one. */
+/* Seeded bf16-like data: a handful of exponents, random mantissas (malloc'd). */
+static inline uint8_t *test_bf16_data(uint64_t seed, size_t n_elems) {
+  test_rng r = {seed};
+  uint16_t *p = malloc(n_elems * 2 + 1);
+  for (size_t i = 0; i < n_elems; i++) {
+    uint64_t x = test_rand(&r);
+    p[i] = (uint16_t)(((x >> 20) & 1) << 15 | (0x78 + (x & 7)) << 7 | ((x >> 8) & 0x7f));
+  }
+  return (uint8_t *)p;
+}
+
 static inline const char *test_data_dir(void) {
   const char *d = getenv("LCT_TEST_DATA");
   return d && *d ? d : LCT_TEST_DATA;

@@ -146,4 +146,15 @@ static inline void test_put_ok(lct_client *c, const char *key, lct_dtype dtype, 
   cr_assert_eq(rc, 0, "put %s (%zu bytes): %s: %s", key, bytes, lct_strerror(rc), lct_last_error(c));
 }
 
+/* A get of key that must return exactly want's bytes. */
+static inline void test_get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
+  void *got;
+  lct_tensor_info info;
+  int rc = lct_get_alloc(c, key, &got, &info);
+  cr_assert_eq(rc, 0, "get %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
+  cr_assert_eq(info.raw_bytes, bytes, "%s size", key);
+  cr_assert(bytes == 0 || memcmp(got, want, bytes) == 0, "%s bytes differ", key);
+  lct_free(got);
+}
+
 #endif

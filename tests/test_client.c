@@ -24,16 +24,6 @@ static void start_small_frames(void) {
 
 static void start_default(void) { test_lctd_start(&daemon_, NULL); }
 
-static void get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
-  void *got;
-  lct_tensor_info info;
-  int rc = lct_get_alloc(c, key, &got, &info);
-  cr_assert_eq(rc, 0, "get %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
-  cr_assert_eq(info.raw_bytes, bytes, "%s size", key);
-  cr_assert(bytes == 0 || memcmp(got, want, bytes) == 0, "%s bytes differ", key);
-  lct_free(got);
-}
-
 /* ---- raw protocol access, for what liblct would never send ---------------- */
 
 typedef struct raw_conn {
@@ -135,7 +125,7 @@ Test(client, every_op, .init = start_small_frames, .fini = stop) {
   uint8_t *w2 = test_bf16_data(2, n);
   cr_assert_eq(lct_put(c, "model/w", LCT_DTYPE_BF16, shape, 2, w2, n * 2, &info), 0);
   cr_assert_gt(info.version, put_info.version);
-  get_equals(c, "model/w", w2, n * 2);
+  test_get_equals(c, "model/w", w2, n * 2);
 
   test_put_ok(c, "model/b", LCT_DTYPE_F32, w, 4000, NULL);
   test_put_ok(c, "opt/m", LCT_DTYPE_RAW, w, 7, NULL);
@@ -205,10 +195,10 @@ static void round_trip_data_dir(const char *endpoint, int single_segment) {
                    test_backend());
       free(blob);
     }
-    get_equals(c, name, data, bytes);
+    test_get_equals(c, name, data, bytes);
     /* A second put of the key reuses its codebook and still round-trips. */
     test_put_ok(c, name, dtype, data, bytes, &info);
-    get_equals(c, name, data, bytes);
+    test_get_equals(c, name, data, bytes);
     free(data);
     files++;
   }
@@ -241,11 +231,11 @@ Test(client, sizes, .init = start_small_frames, .fini = stop) {
     char key[32];
     snprintf(key, sizeof key, "n%zu", n);
     test_put_ok(c, key, LCT_DTYPE_BF16, d, n * 2, NULL);
-    get_equals(c, key, d, n * 2);
+    test_get_equals(c, key, d, n * 2);
     test_put_ok(c, key, LCT_DTYPE_RAW, d, n * 2, NULL);
-    get_equals(c, key, d, n * 2);
+    test_get_equals(c, key, d, n * 2);
     test_put_ok(c, key, LCT_DTYPE_F8E4M3, d, n * 2, NULL);
-    get_equals(c, key, d, n * 2);
+    test_get_equals(c, key, d, n * 2);
     free(d);
   }
   /* A scalar: ndim 0 is one element. */
@@ -253,7 +243,7 @@ Test(client, sizes, .init = start_small_frames, .fini = stop) {
   lct_tensor_info info;
   cr_assert_eq(lct_put(c, "scalar", LCT_DTYPE_F32, NULL, 0, &one, 4, &info), 0);
   cr_assert_eq(info.ndim, 0);
-  get_equals(c, "scalar", &one, 4);
+  test_get_equals(c, "scalar", &one, 4);
   lct_close(c);
 }
 
@@ -265,7 +255,7 @@ Test(client, larger_than_frame, .init = start_default, .fini = stop) {
   lct_tensor_info info;
   test_put_ok(c, "big", LCT_DTYPE_BF16, d, n * 2, &info);
   cr_assert_lt(info.stored_bytes, n * 2);
-  get_equals(c, "big", d, n * 2);
+  test_get_equals(c, "big", d, n * 2);
   char *text;
   cr_assert_eq(lct_stats(c, NULL, &text), 0);
   cr_assert(strstr(text, "op=\"put_commit\",status=\"ok\"} 1\n"), "%s", text);
@@ -286,9 +276,9 @@ Test(client, chunks_straddle_segments, .init = start_default, .fini = stop) {
   size_t n = 700001;
   uint8_t *d = test_bf16_data(12, n);
   test_put_ok(c, "odd", LCT_DTYPE_BF16, d, n * 2, NULL);
-  get_equals(c, "odd", d, n * 2);
+  test_get_equals(c, "odd", d, n * 2);
   test_put_ok(c, "odd", LCT_DTYPE_F32, d, (n - 1) * 2, NULL);
-  get_equals(c, "odd", d, (n - 1) * 2);
+  test_get_equals(c, "odd", d, (n - 1) * 2);
   lct_close(c);
 
   raw_conn r = raw_open(daemon_.ipc);
@@ -312,7 +302,7 @@ Test(client, chunks_straddle_segments, .init = start_default, .fini = stop) {
   cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 0, "an empty tensor commits with no chunk");
   nn_close(r.sock);
   c = test_connect(daemon_.ipc);
-  get_equals(c, "empty", NULL, 0);
+  test_get_equals(c, "empty", NULL, 0);
   free(d);
   lct_close(c);
 }
@@ -434,7 +424,7 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &drifted);
   st = test_stats(c);
   cr_assert_eq(st.codebook_rebuilds, 0, "a drifted put is stored as coded");
-  get_equals(c, "m", b, n * 2);
+  test_get_equals(c, "m", b, n * 2);
   test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &counted); /* counts its symbols in its encode pass */
   st = test_stats(c);
   cr_assert_eq(st.codebook_rebuilds, 1, "drift past 2%% rebuilt the codebook at the key's next put");
@@ -443,7 +433,7 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
   cr_assert_lt(refit.stored_bytes, drifted.stored_bytes, "better than the stale codebook");
   st = test_stats(c);
   cr_assert_eq(st.codebook_rebuilds, 1, "reused once rebuilt");
-  get_equals(c, "m", b, n * 2);
+  test_get_equals(c, "m", b, n * 2);
   free(a);
   free(b);
   lct_close(c);
@@ -455,7 +445,7 @@ Test(client, codebook_reuse_and_rebuild, .init = start_default, .fini = stop) {
 static void still_serving(const uint8_t *ref, size_t bytes) {
   lct_client *c = test_connect(daemon_.tcp);
   cr_assert_eq(lct_ping(c, NULL), 0);
-  get_equals(c, "ref", ref, bytes);
+  test_get_equals(c, "ref", ref, bytes);
   lct_close(c);
 }
 
@@ -578,7 +568,7 @@ Test(client, oversized_message_drops_only_that_peer, .init = start_small_frames,
   cr_assert_lt(nn_recv(r.sock, &buf, NN_MSG, 0), 0, "no reply to a message past NN_RCVMAXSIZE");
   free(big);
   nn_close(r.sock);
-  get_equals(c, "ref", ref, sizeof ref);
+  test_get_equals(c, "ref", ref, sizeof ref);
   lct_close(c);
   still_serving(ref, sizeof ref);
 }
@@ -637,7 +627,7 @@ Test(client, chunked_put_protocol_errors, .init = start_small_frames, .fini = st
   cr_assert_eq(st.pending_puts, 0);
   cr_assert_eq(st.staging_bytes, 0);
   nn_close(r.sock);
-  get_equals(c, "ref", ref, sizeof ref);
+  test_get_equals(c, "ref", ref, sizeof ref);
   lct_close(c);
 }
 
@@ -707,7 +697,7 @@ Test(client, put_ids_unguessable_and_owned, .init = start_default, .fini = stop)
   cr_assert_eq(raw_call(&owner, &cm, NULL, 0, NULL), 0);
   cr_assert_eq(raw_call(&owner, &ab, NULL, 0, NULL), 0);
   lct_client *c = test_connect(daemon_.ipc);
-  get_equals(c, "owned0", data, sizeof data);
+  test_get_equals(c, "owned0", data, sizeof data);
   cr_assert_eq(test_stats(c).pending_puts, 6);
   lct_close(c);
   nn_close(owner.sock);
@@ -727,7 +717,7 @@ static void full_pool_checks(const char *endpoint) {
   uint64_t shape[1] = {bytes};
   cr_assert_eq(lct_put(c, "a", LCT_DTYPE_RAW, shape, 1, b, bytes, NULL), LCT_ENOSPC, "overwrite needs room for both");
   cr_assert(strstr(lct_last_error(c), "in use"), "message: %s", lct_last_error(c));
-  get_equals(c, "a", a, bytes);
+  test_get_equals(c, "a", a, bytes);
   cr_assert_eq(lct_put(c, "b", LCT_DTYPE_RAW, shape, 1, b, bytes, NULL), LCT_ENOSPC);
   cr_assert_eq(lct_stat(c, "b", NULL), LCT_ENOENT);
   lct_server_stats st = test_stats(c);
@@ -736,7 +726,7 @@ static void full_pool_checks(const char *endpoint) {
   cr_assert_eq(st.staging_bytes, 0);
   cr_assert_eq(lct_delete(c, "a"), 0);
   test_put_ok(c, "b", LCT_DTYPE_RAW, b, bytes, NULL);
-  get_equals(c, "b", b, bytes);
+  test_get_equals(c, "b", b, bytes);
   free(a);
   free(b);
   lct_close(c);
@@ -828,7 +818,7 @@ Test(client, unread_replies_bounded, .init = start_bounded, .fini = stop) {
   uint64_t rss_max = 0;
   for (int i = 0; i < 20; i++) {
     test_put_ok(c, "small", LCT_DTYPE_BF16, small, 65536, NULL);
-    get_equals(c, "small", small, 65536);
+    test_get_equals(c, "small", small, 65536);
     uint64_t rss = proc_kib(daemon_.pid, "VmRSS");
     rss_max = rss > rss_max ? rss : rss_max;
   }
@@ -914,7 +904,7 @@ Test(client, requests_per_connection_bounded, .init = start_one_thread, .fini = 
     nn_freemsg(buf);
   }
   /* Another connection is not held to this one's bound. */
-  get_equals(c, "big", big, n * 2);
+  test_get_equals(c, "big", big, n * 2);
   nn_close(s);
   free(big);
   lct_close(c);
@@ -1019,15 +1009,15 @@ Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
   /* The declared bytes, and the framing of the chunks received (a few dozen bytes each). */
   cr_assert_geq(st.staging_bytes, 2 << 20);
   cr_assert_lt(st.staging_bytes, (2 << 20) + (2 << 20) / 65536 * 256);
-  get_equals(c, "ref", ref, n * 2); /* the partial put is not visible */
+  test_get_equals(c, "ref", ref, n * 2); /* the partial put is not visible */
   for (int i = 0; i < 100 && test_stats(c).pending_puts != 0; i++) test_sleep_ms(20);
   st = test_stats(c);
   cr_assert_eq(st.pending_puts, 0, "the abandoned put expired");
   cr_assert_eq(st.puts_expired, 1);
   cr_assert_eq(st.staging_bytes, 0, "its memory was reclaimed");
-  get_equals(c, "ref", ref, n * 2);
+  test_get_equals(c, "ref", ref, n * 2);
   test_put_ok(c, "after", LCT_DTYPE_BF16, ref, n * 2, NULL);
-  get_equals(c, "after", ref, n * 2);
+  test_get_equals(c, "after", ref, n * 2);
   free(ref);
   lct_close(c);
 }

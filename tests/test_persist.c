@@ -55,16 +55,6 @@ static void crash(void) {
   daemon_.pid = 0;
 }
 
-static void get_equals(lct_client *c, const char *key, const void *want, size_t bytes) {
-  void *got;
-  lct_tensor_info info;
-  int rc = lct_get_alloc(c, key, &got, &info);
-  cr_assert_eq(rc, 0, "get %s: %s: %s", key, lct_strerror(rc), lct_last_error(c));
-  cr_assert_eq(info.raw_bytes, bytes, "%s size", key);
-  cr_assert(bytes == 0 || memcmp(got, want, bytes) == 0, "%s bytes differ", key);
-  lct_free(got);
-}
-
 static void get_missing(lct_client *c, const char *key) {
   void *got;
   cr_assert_eq(lct_get_alloc(c, key, &got, NULL), LCT_ENOENT, "%s should not be stored", key);
@@ -134,13 +124,13 @@ static void serves_and_persists(uint64_t skipped_files) {
   size_t n = 50000;
   uint8_t *a = test_bf16_data(7, n);
   test_put_ok(c, "a", LCT_DTYPE_BF16, a, n * 2, NULL);
-  get_equals(c, "a", a, n * 2);
+  test_get_equals(c, "a", a, n * 2);
   save_ok(c);
   lct_close(c);
   test_lctd_stop(&daemon_);
   start(NULL);
   c = test_connect(daemon_.ipc);
-  get_equals(c, "a", a, n * 2);
+  test_get_equals(c, "a", a, n * 2);
   cr_assert_eq(skipped(c), skipped_files);
   lct_close(c);
   test_lctd_stop(&daemon_);
@@ -211,7 +201,7 @@ Test(persist, symlink_at_temporary_name_is_not_followed, .init = setup, .fini = 
   test_lctd_stop(&daemon_);
   start(NULL);
   c = test_connect(daemon_.ipc);
-  get_equals(c, "k", "version two", 11);
+  test_get_equals(c, "k", "version two", 11);
   lct_close(c);
   test_lctd_stop(&daemon_);
   assert_outside_untouched();
@@ -254,9 +244,9 @@ Test(persist, save_interval_bounds_what_sigkill_loses, .init = setup, .fini = te
 
   start(extra);
   c = test_connect(daemon_.ipc);
-  get_equals(c, "a", a, n * 2);
-  get_equals(c, "b", b2, n * 2);
-  get_equals(c, "c", "new", 3);
+  test_get_equals(c, "a", a, n * 2);
+  test_get_equals(c, "b", b2, n * 2);
+  test_get_equals(c, "c", "new", 3);
   get_missing(c, "gone");
   lct_tensor_info after;
   cr_assert_eq(lct_stat(c, "b", &after), 0);
@@ -299,7 +289,7 @@ Test(persist, save_interval_reloads_on_sighup, .init = setup, .fini = teardown) 
 
   start(extra);
   c = test_connect(daemon_.ipc);
-  get_equals(c, "kept", "saved by the timer", 18);
+  test_get_equals(c, "kept", "saved by the timer", 18);
   lct_close(c);
   test_lctd_stop(&daemon_);
 }
@@ -343,7 +333,7 @@ Test(persist, codebook_survives_restart, .init = setup, .fini = teardown) {
   cr_assert_eq(again.stored_bytes, first.stored_bytes);
   cr_assert_eq(again.checksum, first.checksum);
   cr_assert_gt(again.version, first.version);
-  get_equals(c, "m", a, n * 2);
+  test_get_equals(c, "m", a, n * 2);
   save_ok(c);
   lct_close(c);
   test_lctd_stop(&daemon_);
@@ -375,7 +365,7 @@ Test(persist, stale_codebook_survives_restart, .init = setup, .fini = teardown) 
   cr_assert_eq(st.codebook_rebuilds, 1, "the restored stale mark rebuilt the codebook");
   test_put_ok(c, "m", LCT_DTYPE_BF16, b, n * 2, &refit);
   cr_assert_lt(refit.stored_bytes, drifted.stored_bytes);
-  get_equals(c, "m", b, n * 2);
+  test_get_equals(c, "m", b, n * 2);
   lct_close(c);
   test_lctd_stop(&daemon_);
   free(a);
@@ -406,7 +396,7 @@ Test(persist, format_1_file_loads, .init = setup, .fini = teardown) {
   start(NULL);
   lct_client *c = test_connect(daemon_.ipc);
   cr_assert_eq(skipped(c), 0);
-  get_equals(c, "fixture/v1", v, sizeof v);
+  test_get_equals(c, "fixture/v1", v, sizeof v);
   lct_tensor_info info;
   cr_assert_eq(lct_stat(c, "fixture/v1", &info), 0);
   cr_assert_eq(info.dtype, LCT_DTYPE_BF16);

@@ -535,3 +535,12 @@ int lct_decode(const void *blob, size_t len, void *dst, size_t cap) {
   }
   return expect == len ? 0 : LCT_ECORRUPT;
 }
+
+size_t lct_codec_struct_size(lct_codec_struct which) {
+  switch (which) {
+  case LCT_CODEC_STRUCT_CODEBOOK: return sizeof(lct_codebook);
+  case LCT_CODEC_STRUCT_ENCODE_STATS: return sizeof(lct_encode_stats);
+  case LCT_CODEC_STRUCT_BLOB_INFO: return sizeof(lct_blob_info);
+  }
+  return 0;
+}

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lct_api.h"
 #include "lct_dtype.h"
 #include "lct_error.h"
 
@@ -33,7 +34,7 @@ static inline uint64_t lct_chunk_count(uint64_t n_elems) {
  * and SIZE_MAX where that does not fit in a size_t (no buffer holds it). */
 #define LCT_ENCODE_BOUND(n_elems, elem_size) \
   (LCT_HEADER_BYTES + 520 + 20 * (((n_elems) + LCT_CHUNK_ELEMS - 1) / LCT_CHUNK_ELEMS) + (n_elems) * (elem_size))
-size_t lct_encode_bound(int dtype, uint64_t n_elems);
+LCT_API size_t lct_encode_bound(int dtype, uint64_t n_elems);
 
 /* A canonical, length-limited code for one dtype's sign+exponent alphabet.
  * A plain value (about 4 KiB): build it once from a histogram and reuse it for
@@ -48,25 +49,25 @@ typedef struct lct_codebook {
 } lct_codebook;
 
 /* Adds the symbol histogram of n elements to hist[0 .. 2^s) (caller zeroes it). */
-int lct_histogram(int dtype, const void *src, uint64_t n_elems, uint64_t *hist);
+LCT_API int lct_histogram(int dtype, const void *src, uint64_t n_elems, uint64_t *hist);
 /* Builds the reference codebook from a histogram of 2^s counts (ESC is added). */
-int lct_codebook_build(int dtype, const uint64_t *hist, lct_codebook *cb);
+LCT_API int lct_codebook_build(int dtype, const uint64_t *hist, lct_codebook *cb);
 /* Histogram plus build in one call. */
-int lct_codebook_from_data(int dtype, const void *src, uint64_t n_elems, lct_codebook *cb);
+LCT_API int lct_codebook_from_data(int dtype, const void *src, uint64_t n_elems, lct_codebook *cb);
 /* Serialized codebook size for a dtype (4 bits per symbol); 0 for raw. */
-size_t lct_codebook_bytes(int dtype);
+LCT_API size_t lct_codebook_bytes(int dtype);
 /* Writes cb's lengths in the blob's codebook form; LCT_EINVAL for a length
  * above LCT_MAX_CODE_LEN, LCT_EBUFSIZE when cap is short. */
-int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap);
+LCT_API int lct_codebook_serialize(const lct_codebook *cb, uint8_t *dst, size_t cap);
 /* Parses and validates a serialized codebook; LCT_ECORRUPT if invalid. */
-int lct_codebook_parse(int dtype, const uint8_t *src, size_t len, lct_codebook *cb);
+LCT_API int lct_codebook_parse(int dtype, const uint8_t *src, size_t len, lct_codebook *cb);
 /* Serializes cb into dst (cap bytes) and parses it back into *canon: the
  * codes every decoder derives from those bytes, whatever cb->code holds.
  * LCT_EINVAL for a codebook no decoder would take (not its dtype's symbol
  * count, lengths, Kraft sum, no ESC), LCT_EBUFSIZE when cap is short. */
-int lct_codebook_canonical(const lct_codebook *cb, uint8_t *dst, size_t cap, lct_codebook *canon);
+LCT_API int lct_codebook_canonical(const lct_codebook *cb, uint8_t *dst, size_t cap, lct_codebook *canon);
 /* 4096-entry decode table: entry = symbol | len << 11, 0 = invalid code. */
-void lct_codebook_decode_table(const lct_codebook *cb, uint16_t table[1 << LCT_MAX_CODE_LEN]);
+LCT_API void lct_codebook_decode_table(const lct_codebook *cb, uint16_t table[1 << LCT_MAX_CODE_LEN]);
 
 typedef struct lct_encode_stats {
   uint64_t blob_bytes;  /* size of the blob written */
@@ -79,7 +80,7 @@ typedef struct lct_encode_stats {
  * cap bytes, at least lct_encode_bound). cb must be a codebook of the dtype;
  * it is ignored (may be NULL) for raw. stats may be NULL. Thread-safe.
  * Returns 0 or a negative LCT error code. */
-int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_elems,
+LCT_API int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_elems,
                void *dst, size_t cap, lct_encode_stats *stats);
 
 /* Header fields of a blob, validated (magic, version, sizes, header check). */
@@ -90,17 +91,27 @@ typedef struct lct_blob_info {
   uint64_t blob_bytes;
   uint32_t n_chunks;
 } lct_blob_info;
-int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info);
+LCT_API int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info);
 
 /* Decodes a blob of len bytes into dst (cap bytes, any alignment). Every
  * field is validated: a corrupt blob returns LCT_ECORRUPT or LCT_ECHECKSUM,
  * a too-small dst LCT_EBUFSIZE; nothing outside blob[0, len) or dst[0, cap)
  * is ever touched. Thread-safe. */
-int lct_decode(const void *blob, size_t len, void *dst, size_t cap);
+LCT_API int lct_decode(const void *blob, size_t len, void *dst, size_t cap);
 
 /* The format's check (proto/FORMAT.md, "Checks") over bytes zero-padded to
  * 32-bit words, word index starting at base. */
-uint32_t lct_check(const void *bytes, size_t len, uint64_t base);
+LCT_API uint32_t lct_check(const void *bytes, size_t len, uint64_t base);
+
+/* The codec's structures, for bindings that lay them out themselves (the
+ * Python binding checks each at load). */
+typedef enum lct_codec_struct {
+  LCT_CODEC_STRUCT_CODEBOOK,
+  LCT_CODEC_STRUCT_ENCODE_STATS,
+  LCT_CODEC_STRUCT_BLOB_INFO,
+} lct_codec_struct;
+/* sizeof the structure named; 0 for an unknown name. */
+LCT_API size_t lct_codec_struct_size(lct_codec_struct which);
 
 #ifdef __cplusplus
 }

@@ -33,15 +33,15 @@ typedef struct lct_cuda_codebook lct_cuda_codebook;
 /* Uploads a host codebook (from lct_codebook_build or lct_codebook_parse) to
  * the current device. Allocates and synchronizes: call it once per codebook,
  * not per encode. */
-int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out);
+LCT_API int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out);
 /* Replaces the contents of an existing device codebook with cb (any dtype),
  * ordered on stream after the work already queued there: encodes queued
  * before it use the old codebook, later ones the new. Allocates nothing. */
-int lct_cuda_codebook_set(lct_cuda_codebook *dcb, const lct_codebook *cb, cudaStream_t stream);
+LCT_API int lct_cuda_codebook_set(lct_cuda_codebook *dcb, const lct_codebook *cb, cudaStream_t stream);
 /* Frees a device codebook; NULL is a no-op. No encode using it may be pending. */
-void lct_cuda_codebook_destroy(lct_cuda_codebook *cb);
+LCT_API void lct_cuda_codebook_destroy(lct_cuda_codebook *cb);
 /* The dtype the codebook was built for. */
-int lct_cuda_codebook_dtype(const lct_cuda_codebook *cb);
+LCT_API int lct_cuda_codebook_dtype(const lct_cuda_codebook *cb);
 
 /* Adds the sign+exponent symbol counts of n_elems elements to hist.
  *   src   device, n_elems elements of dtype, aligned to the element size
@@ -50,12 +50,12 @@ int lct_cuda_codebook_dtype(const lct_cuda_codebook *cb);
  *         8-byte aligned; the caller zeroes them (cudaMemsetAsync)
  * The counts equal lct_histogram's on the same data, so lct_codebook_build on
  * them gives the CPU's codebook bit for bit. LCT_EINVAL for dtype raw. */
-int lct_cuda_histogram(int dtype, const void *src, uint64_t n_elems, uint64_t *hist, cudaStream_t stream);
+LCT_API int lct_cuda_histogram(int dtype, const void *src, uint64_t n_elems, uint64_t *hist, cudaStream_t stream);
 
 /* Histogram on the device, then lct_codebook_build on the host: the codebook
  * lct_codebook_from_data would build from the same elements. hist is device
  * scratch of 2^s uint64_t. Synchronizes `stream` (a build, not the hot path). */
-int lct_cuda_codebook_from_device(int dtype, const void *src, uint64_t n_elems, uint64_t *hist,
+LCT_API int lct_cuda_codebook_from_device(int dtype, const void *src, uint64_t n_elems, uint64_t *hist,
                                   cudaStream_t stream, lct_codebook *cb);
 
 /* One tensor to encode. */
@@ -77,7 +77,7 @@ typedef struct lct_cuda_encode_item {
 
 /* Workspace bytes for encoding these items in one call (16 bytes per chunk).
  * Its contents need no clearing: each launch tags what it writes there. */
-size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t count);
+LCT_API size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t count);
 
 /* Encodes count tensors with their precomputed codebooks: the blobs are byte
  * for byte those lct_encode writes with the same codebooks. items is a host
@@ -85,11 +85,11 @@ size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items, size_t 
  * per dtype (at most 128 tensors per launch), so hundreds of small tensors cost
  * a few launches, not hundreds. workspace: device, workspace_bytes >=
  * lct_cuda_encode_workspace_size(items, count). */
-int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace, size_t workspace_bytes,
+LCT_API int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
 /* One tensor: lct_cuda_encode_batch with a single item (code_bits and hist NULL). */
-int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems, void *dst,
+LCT_API int lct_cuda_encode(int dtype, const lct_cuda_codebook *codebook, const void *src, uint64_t n_elems, void *dst,
                     size_t cap, uint64_t *blob_bytes, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* One blob to decode; dtype and n_elems are what the caller expects (from its
@@ -107,7 +107,7 @@ typedef struct lct_cuda_decode_item {
 } lct_cuda_decode_item;
 
 /* Workspace bytes for decoding count blobs in one call (8 KiB and a few bytes per blob). */
-size_t lct_cuda_decode_workspace_size(size_t count);
+LCT_API size_t lct_cuda_decode_workspace_size(size_t count);
 
 /* Decodes count blobs, in two kernels per dtype: one that checks each header
  * and codebook and builds its decode table, and the chunk decoder, launched as
@@ -118,11 +118,11 @@ size_t lct_cuda_decode_workspace_size(size_t count);
  * or a write outside dst's n_elems elements. The return value reports argument
  * and CUDA errors only. items is a host array (read before return).
  * workspace: device, workspace_bytes >= lct_cuda_decode_workspace_size(count). */
-int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t count, void *workspace, size_t workspace_bytes,
+LCT_API int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t count, void *workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
 /* One blob: lct_cuda_decode_batch with a single item. */
-int lct_cuda_decode(int dtype, uint64_t n_elems, const void *blob, size_t blob_bytes, void *dst, int *status,
+LCT_API int lct_cuda_decode(int dtype, uint64_t n_elems, const void *blob, size_t blob_bytes, void *dst, int *status,
                     void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* One range of device memory to checksum. */
@@ -134,11 +134,11 @@ typedef struct lct_cuda_crc_item {
 
 /* Workspace bytes for lct_cuda_crc32c over bytes bytes: 4 per 64 KiB of
  * bytes + 15, rounded up (0 for 0 bytes). */
-size_t lct_cuda_crc32c_workspace_size(uint64_t bytes);
+LCT_API size_t lct_cuda_crc32c_workspace_size(uint64_t bytes);
 
 /* Workspace bytes for lct_cuda_crc32c_batch over these items: the sum of
  * their lct_cuda_crc32c_workspace_size. */
-size_t lct_cuda_crc32c_batch_workspace_size(const lct_cuda_crc_item *items, size_t count);
+LCT_API size_t lct_cuda_crc32c_batch_workspace_size(const lct_cuda_crc_item *items, size_t count);
 
 /* CRC-32C (proto/lct_checksum.h: the value lct_crc32c(0, ...) returns) of
  * each item's bytes into its *crc. items is a host array (read before
@@ -146,13 +146,22 @@ size_t lct_cuda_crc32c_batch_workspace_size(const lct_cuda_crc_item *items, size
  * kernel takes 132 KiB of shared memory per block. workspace: device, 4-byte
  * aligned, workspace_bytes >= lct_cuda_crc32c_batch_workspace_size(items,
  * count) (NULL when that is 0). */
-int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t count, void *workspace, size_t workspace_bytes,
+LCT_API int lct_cuda_crc32c_batch(const lct_cuda_crc_item *items, size_t count, void *workspace, size_t workspace_bytes,
                           cudaStream_t stream);
 
 /* One range: lct_cuda_crc32c_batch with a single item. workspace_bytes >=
  * lct_cuda_crc32c_workspace_size(bytes). */
-int lct_cuda_crc32c(const void *src, uint64_t bytes, uint32_t *crc, void *workspace, size_t workspace_bytes,
+LCT_API int lct_cuda_crc32c(const void *src, uint64_t bytes, uint32_t *crc, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream);
+
+/* The GPU codec's structures, for bindings that lay them out themselves. */
+typedef enum lct_cuda_struct {
+  LCT_CUDA_STRUCT_ENCODE_ITEM,
+  LCT_CUDA_STRUCT_DECODE_ITEM,
+  LCT_CUDA_STRUCT_CRC_ITEM,
+} lct_cuda_struct;
+/* sizeof the structure named; 0 for an unknown name. */
+LCT_API size_t lct_cuda_struct_size(lct_cuda_struct which);
 
 #ifdef __cplusplus
 }

@@ -64,3 +64,12 @@ void lct_cuda_codebook_destroy(lct_cuda_codebook *cb) {
 }
 
 int lct_cuda_codebook_dtype(const lct_cuda_codebook *cb) { return cb ? cb->dtype : LCT_EINVAL; }
+
+size_t lct_cuda_struct_size(lct_cuda_struct which) {
+  switch (which) {
+  case LCT_CUDA_STRUCT_ENCODE_ITEM: return sizeof(lct_cuda_encode_item);
+  case LCT_CUDA_STRUCT_DECODE_ITEM: return sizeof(lct_cuda_decode_item);
+  case LCT_CUDA_STRUCT_CRC_ITEM: return sizeof(lct_cuda_crc_item);
+  }
+  return 0;
+}

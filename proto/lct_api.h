@@ -1,4 +1,4 @@
-/* lct_api.h — LCT_API marks the functions liblct exports; everything else in it is hidden. */
+/* lct_api.h — LCT_API marks the functions LCT's shared libraries (liblct, liblct_codec) export; everything else in them is hidden. */
 #ifndef LCT_API_H
 #define LCT_API_H
 

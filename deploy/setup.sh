@@ -8,8 +8,9 @@ pkgs=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-c
 case "${1:-}" in
   "") ;;
   # Criterion for the C tests, systemd-analyze to verify the unit, promtool to check /metrics,
-  # redis-server for the service benchmark's comparison, clang and its libFuzzer for the fuzz smoke run.
-  --test) pkgs+=(libcriterion-dev systemd prometheus redis-server clang libclang-rt-dev) ;;
+  # redis-server for the service benchmark's comparison, clang and its libFuzzer for the fuzz smoke run,
+  # torch (CPU) for lct.torch's tests.
+  --test) pkgs+=(libcriterion-dev systemd prometheus redis-server clang libclang-rt-dev python3-torch) ;;
   *) echo "usage: deploy/setup.sh [--test]" >&2; exit 2 ;;
 esac
 missing=()

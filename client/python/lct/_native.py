@@ -124,18 +124,39 @@ _PROTOTYPES = {
 }
 
 
-def candidates():
-    """Where liblct is looked for, in order (README.md, "Finding liblct")."""
+def candidates(stem="liblct", env="LCT_LIBRARY"):
+    """Where a library of this project (liblct, liblct_codec) is looked for, in
+    order (README.md, "Finding liblct"): env's path, beside this package, a
+    checkout's build, the system loader."""
     here = pathlib.Path(__file__).resolve().parent
-    env = os.environ.get("LCT_LIBRARY")
-    if env:
-        return [env]  # an explicit choice is never second-guessed
-    paths = [str(here / "liblct.so")]
+    chosen = os.environ.get(env)
+    if chosen:
+        return [chosen]  # an explicit choice is never second-guessed
+    paths = [str(here / f"{stem}.so")]
     root = here.parents[2]  # client/python/lct -> the repository root, in a checkout
     if (root / "client" / "lct.h").exists():
-        paths.append(str(root / "build" / "lib" / "liblct.so"))
-    paths += ["liblct.so.0", "liblct.so"]  # the system loader (ldconfig, LD_LIBRARY_PATH)
+        paths.append(str(root / "build" / "lib" / f"{stem}.so"))
+    if env != "LCT_LIBRARY" and os.environ.get("LCT_LIBRARY"):
+        paths.append(str(pathlib.Path(os.environ["LCT_LIBRARY"]).parent / f"{stem}.so"))  # liblct's neighbour
+    paths += [f"{stem}.so.0", f"{stem}.so"]  # the system loader (ldconfig, LD_LIBRARY_PATH)
     return paths
+
+
+def load(stem, env, declare):
+    """The first of candidates(stem, env) that loads, passed to declare(handle, path)."""
+    tried = []
+    for path in candidates(stem, env):
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            handle = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        declare(handle, path)
+        return handle
+    raise OSError(f"{stem} not found; set {env} to the path of {stem}.so. Tried: " + "; ".join(tried))
 
 
 def _declare(handle, path):
@@ -171,22 +192,7 @@ def lib():
     global _lib
     with _lock:
         if _lib is None:
-            tried = []
-            for path in candidates():
-                if os.sep in path and not os.path.exists(path):
-                    tried.append(f"{path} (absent)")
-                    continue
-                try:
-                    handle = ctypes.CDLL(path)
-                except OSError as e:
-                    tried.append(f"{path} ({e})")
-                    continue
-                _declare(handle, path)
-                _lib = handle
-                break
-            else:
-                raise OSError("liblct not found; set LCT_LIBRARY to the path of liblct.so. Tried: "
-                              + "; ".join(tried))
+            _lib = load("liblct", "LCT_LIBRARY", _declare)
         return _lib
 
 

@@ -2,6 +2,16 @@
 from . import _native
 
 
+def _table():
+    """A library with the error table (lct_err_name, lct_strerror): liblct, else the codec's (lct.codec needs
+    no liblct)."""
+    try:
+        return _native.lib()
+    except OSError:
+        from . import codec
+        return codec.lib()
+
+
 class LctError(Exception):
     """A failure reported by liblct or lctd.
 
@@ -11,7 +21,7 @@ class LctError(Exception):
     """
 
     def __init__(self, code, detail=""):
-        lib = _native.lib()
+        lib = _table()
         self.code = code
         self.name = lib.lct_err_name(code).decode()
         self.message = lib.lct_strerror(code).decode()
@@ -42,7 +52,7 @@ _error_codes = {}
 def error_code(name):
     """The negative code of an error symbol, e.g. error_code('LCT_ENOENT') == -9."""
     if not _error_codes:
-        lib = _native.lib()
+        lib = _table()
         syms = {lib.lct_err_name(code).decode(): code for code in range(-1, -128, -1)}
         syms.pop("LCT_EUNKNOWN", None)
         _error_codes.update(syms)  # whole, so that another thread never sees it half filled

@@ -1,0 +1,255 @@
+"""test_lct_torch.py — lct.torch: the codec on torch tensors (CPU and CUDA, the same bytes), saved activations,
+compressed parameters and CompressedAdamW, each bitwise against the same training without them."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # the lct package
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+if torch is not None:
+    import lct.torch as lt
+    from lct import LctError
+
+
+def devices():
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() and lt.codec_has_cuda() else [])
+
+
+def bits(t):
+    """t's words as integers, for bitwise comparison (NaN payloads included)."""
+    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and a.stride() == b.stride() and torch.equal(bits(a), bits(b))
+
+
+if torch is not None:
+    class Block(nn.Module):
+        """A small pre-norm transformer block with explicit attention (its backward is deterministic)."""
+
+        def __init__(self, d=64, heads=4):
+            super().__init__()
+            self.h = heads
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(C, 2))
+            att = ((q @ k.transpose(-2, -1)) / (C // self.h) ** 0.5).softmax(-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+            return x + self.fc2(F.gelu(self.fc(self.ln2(x))))
+
+    class Net(nn.Module):
+        def __init__(self, d=64, layers=2, vocab=97):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.blocks = nn.Sequential(*[Block(d) for _ in range(layers)])
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            return self.head(self.blocks(self.emb(idx)))
+
+
+@unittest.skipIf(torch is None, "torch is not importable")
+class TestCodec(unittest.TestCase):
+    def test_round_trip_every_dtype_size_and_layout(self):
+        g = torch.Generator().manual_seed(5)
+        special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-45, -3e-39, 1.0])
+        for device in devices():
+            codec = lt.Codec()
+            for dtype in lt.CODED:
+                for n in (1, 16383, 16384, 16385, 40000):
+                    with self.subTest(device=device, dtype=str(dtype), n=n):
+                        x = (torch.randn(n, generator=g) * 3)
+                        x[: min(n, 8)] = special[: min(n, 8)]
+                        x = x.to(dtype).to(device)
+                        p = codec.encode([x], [("t", str(dtype))])[0]
+                        self.assertTrue(same_bits(codec.decode([p])[0], x))
+            # Dense but permuted views come back with their strides; a batch keeps its order.
+            a = torch.randn(33, 70, 3, generator=g).to(device).permute(2, 0, 1)
+            b = torch.randn(500, 40, generator=g).to(device, torch.bfloat16).t()
+            pa, pb = codec.encode([a, b], ["a", "b"])
+            da, db = codec.decode([pa, pb])
+            self.assertTrue(same_bits(da, a) and same_bits(db, b))
+            codec.verify()
+
+    def test_smaller_than_raw_and_codebook_rebuilt_on_drift(self):
+        codec = lt.Codec()
+        narrow = torch.randn(1 << 16) * 1e-3
+        p = codec.encode([narrow], ["role"])[0]
+        self.assertLess(p.nbytes, p.raw_bytes)
+        wide = torch.randn(1 << 16) * torch.logspace(-30, 30, 1 << 16)  # symbols the first codebook lacks
+        for _ in range(3):
+            q = codec.encode([wide], ["role"])[0]
+            self.assertTrue(same_bits(codec.decode([q])[0], wide))
+        self.assertGreaterEqual(codec.rebuilds, 1)
+
+    def test_cpu_and_cuda_write_the_same_bytes(self):
+        if "cuda" not in devices():
+            self.skipTest("no CUDA device or a codec built without CUDA")
+        g = torch.Generator().manual_seed(6)
+        for dtype in lt.CODED:
+            x = (torch.randn(100003, generator=g) * 5).to(dtype)
+            on_cpu = lt.Codec().encode([x], ["r"])[0]
+            on_gpu = lt.Codec().encode([x.cuda()], ["r"])[0]
+            self.assertTrue(torch.equal(on_cpu.blob, on_gpu.blob.cpu()), str(dtype))
+
+    def test_corrupt_blob_is_an_error(self):
+        for device in devices():
+            codec = lt.Codec()
+            p = codec.encode([torch.randn(50000).to(device)], ["r"])[0]
+            p.blob[p.nbytes // 2] ^= 0x5A
+            with self.assertRaises(LctError):
+                codec.decode([p])
+                codec.verify()
+
+    def test_uncoded_dtype_is_refused(self):
+        with self.assertRaises(LctError):
+            lt.Codec().encode([torch.arange(10)], ["r"])
+
+
+@unittest.skipIf(torch is None, "torch is not importable")
+class TestTraining(unittest.TestCase):
+    def run_steps(self, device, activations=False, weights=False, steps=3):
+        torch.manual_seed(0)
+        model = Net().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=1024) if weights else None
+        idx = torch.randint(0, 97, (4, 33), generator=torch.Generator().manual_seed(1)).to(device)
+        losses, saved = [], []
+        for _ in range(steps):
+            if activations:
+                with lt.compressed_activations(codec=lt.Codec(), min_bytes=1024, batch_bytes=64 << 10) as ctx:
+                    loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+                saved.append((ctx.tensors, ctx.raw_bytes, ctx.blob_bytes))
+            else:
+                loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+            loss.backward()
+            if params is not None:
+                with params.materialized():
+                    opt.step()
+            else:
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        if params is not None:
+            params.remove()
+        return losses, [p.detach().clone() for p in model.parameters()], saved
+
+    def test_activations_and_weights_are_exact(self):
+        for device in devices():
+            base_losses, base_params, _ = self.run_steps(device)
+            for activations, weights in ((True, False), (False, True), (True, True)):
+                with self.subTest(device=device, activations=activations, weights=weights):
+                    losses, params, saved = self.run_steps(device, activations, weights)
+                    for a, b in zip(losses, base_losses):
+                        self.assertTrue(same_bits(a, b))
+                    for a, b in zip(params, base_params):
+                        self.assertTrue(same_bits(a, b))
+                    if activations:
+                        tensors, raw, blob = saved[-1]
+                        self.assertGreater(tensors, 10)
+                        self.assertLess(blob, raw)
+
+    def test_parameters_are_placeholders_between_uses(self):
+        model = Net()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=1024)
+        w = model.blocks[0].fc.weight
+        self.assertEqual(w.shape, before["blocks.0.fc.weight"].shape)
+        self.assertEqual(w.stride(), (0, 0))  # one element of memory
+        self.assertLess(params.blob_bytes, params.raw_bytes)
+        with params.materialized():
+            for n, p in model.named_parameters():
+                self.assertTrue(same_bits(p.detach(), before[n]), n)
+
+
+@unittest.skipIf(torch is None, "torch is not importable")
+class TestCompressedAdamW(unittest.TestCase):
+    def setUp(self):
+        if not torch.cuda.is_available() or not hasattr(torch, "_fused_adamw_") or "cuda" not in devices():
+            self.skipTest("needs CUDA, the CUDA codec and a torch with fused AdamW")
+
+    def train(self, make_opt, dtype=torch.float32, weights=False, steps=4):
+        torch.manual_seed(0)
+        model = Net(d=128).cuda().to(dtype)
+        params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=4096) if weights else None
+        opt = make_opt(model, params)
+        idx = torch.randint(0, 97, (4, 65), generator=torch.Generator().manual_seed(1)).cuda()
+        losses = []
+        for _ in range(steps):
+            loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1).float(), idx[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        if params is not None:
+            params.remove()
+        return losses, [p.detach().clone() for p in model.parameters()], opt
+
+    def test_bitwise_equal_to_fused_adamw(self):
+        hyper = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+        base = self.train(lambda m, _: torch.optim.AdamW(m.parameters(), fused=True, **hyper))
+        for weights in (False, True):
+            with self.subTest(weights=weights):
+                got = self.train(lambda m, w: lt.CompressedAdamW(m.parameters(), codec=lt.Codec(), weights=w,
+                                                                 scratch_bytes=200 << 10, min_bytes=4096, **hyper),
+                                 weights=weights)
+                for a, b in zip(got[0], base[0]):
+                    self.assertTrue(same_bits(a, b))
+                for a, b in zip(got[1], base[1]):
+                    self.assertTrue(same_bits(a, b))
+                raw, held = got[2].state_bytes()
+                self.assertLess(held, raw)
+                sd, ref = got[2].state_dict()["state"], base[2].state_dict()["state"]
+                for i in ref:
+                    for k in ("exp_avg", "exp_avg_sq"):
+                        self.assertTrue(same_bits(sd[i][k], ref[i][k]))
+
+    def test_master_weights_match_fp32_master_adamw(self):
+        """bf16 parameters with fp32 master weights and moments: the same as fused AdamW on fp32 masters."""
+        hyper = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+        class MasterAdamW:
+            def __init__(self, model):
+                self.params = list(model.parameters())
+                self.masters = [p.detach().float().clone() for p in self.params]
+                self.opt = torch.optim.AdamW(self.masters, fused=True, **hyper)
+
+            @torch.no_grad()
+            def step(self):
+                for p, m in zip(self.params, self.masters):
+                    m.grad = p.grad.float()
+                self.opt.step()
+                for p, m in zip(self.params, self.masters):
+                    p.copy_(m)
+
+            def zero_grad(self, set_to_none=True):
+                for p in self.params:
+                    p.grad = None
+
+            def state_dict(self):
+                return self.opt.state_dict()
+
+        base = self.train(lambda m, _: MasterAdamW(m), dtype=torch.bfloat16)
+        got = self.train(lambda m, w: lt.CompressedAdamW(m.parameters(), codec=lt.Codec(), weights=w,
+                                                         master_weights=True, min_bytes=4096, **hyper),
+                         dtype=torch.bfloat16, weights=True)
+        for a, b in zip(got[0], base[0]):
+            self.assertTrue(same_bits(a, b))
+        for a, b in zip(got[1], base[1]):
+            self.assertTrue(same_bits(a, b))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,4 +1,4 @@
-"""gpt.py — the byte-level GPT of the trainer benchmarks: train_offload.py trains it;
+"""gpt.py — the GPT of the trainer benchmarks: train_offload.py and train_compressed.py train it;
 optim_step.py and device_put.py move optimizer states of its parameters' shapes."""
 import torch
 import torch.nn as nn
@@ -27,13 +27,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """block: the longest context; d: the embedding width."""
+    """block: the longest context; d: the embedding width; vocab: token ids (bytes by default)."""
 
-    def __init__(self, block, d=1024, heads=16, layers=12, device=None):
+    def __init__(self, block, d=1024, heads=16, layers=12, device=None, vocab=VOCAB):
         super().__init__()
-        self.tok, self.pos = nn.Embedding(VOCAB, d, device=device), nn.Embedding(block, d, device=device)
+        self.tok, self.pos = nn.Embedding(vocab, d, device=device), nn.Embedding(block, d, device=device)
         self.blocks = nn.ModuleList(Block(d, heads, device) for _ in range(layers))
-        self.lnf, self.head = nn.LayerNorm(d, device=device), nn.Linear(d, VOCAB, bias=False, device=device)
+        self.lnf, self.head = nn.LayerNorm(d, device=device), nn.Linear(d, vocab, bias=False, device=device)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))

@@ -1,5 +1,8 @@
 """adamw.py — CompressedAdamW: torch's fused AdamW whose moments (and fp32 master weights) stay LCT-compressed on
 the parameters' device between steps, decoded into bounded scratch for the update."""
+import importlib
+import inspect
+
 import torch
 
 from ._codec import CODED, Packed, default_codec
@@ -8,8 +11,9 @@ _STATES = ("exp_avg", "exp_avg_sq", "master")
 
 
 def _fused_adamw():
-    fn = getattr(getattr(torch.optim, "adamw", None), "adamw", None)
-    if fn is None or not hasattr(torch, "_fused_adamw_"):
+    """torch's functional AdamW, the one torch.optim.AdamW(fused=True).step() calls."""
+    fn = getattr(importlib.import_module("torch.optim.adamw"), "adamw", None)
+    if fn is None or "fused" not in inspect.signature(fn).parameters:
         raise RuntimeError(f"CompressedAdamW needs a torch with fused AdamW (2.0 or later); this is {torch.__version__}")
     return fn
 

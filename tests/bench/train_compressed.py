@@ -48,6 +48,8 @@ def parse():
     ap.add_argument("--cap-gib", type=float, default=80.0, help="the context search's cap on summed device memory")
     ap.add_argument("--contexts", default="", help="the context search's lengths (qwen3-4b; empty: none)")
     ap.add_argument("--min-bytes", type=int, default=1 << 20, help="saved activations under this stay as they are")
+    ap.add_argument("--alloc-conf", default="expandable_segments:True",
+                    help="PYTORCH_CUDA_ALLOC_CONF of every mode alike")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # a mode, run in this process
     ap.add_argument("--json", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -208,7 +210,8 @@ def child(a, mode, context, steps, warmup, contexts=""):
     cmd = [sys.executable, __file__, "--model", a.model, "--child", mode, "--json", path, "--context", str(context),
            "--batch", str(a.batch), "--steps", str(steps), "--warmup", str(warmup), "--cap-gib", str(a.cap_gib),
            "--contexts", contexts, "--min-bytes", str(a.min_bytes)]
-    rc = subprocess.run(cmd, cwd=HERE).returncode
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=a.alloc_conf)
+    rc = subprocess.run(cmd, cwd=HERE, env=env).returncode
     if rc != 0 or not os.path.exists(path):
         return dict(mode=mode, context=context, ok=False, error=f"exit {rc}")
     with open(path) as f:
@@ -221,7 +224,8 @@ def gib(n):
 
 def report(a, runs):
     base = runs["baseline"]
-    print(f"{a.model}: {base.get('params', 0) / 1e6:.1f}M parameters, batch {a.batch}, context {a.context}")
+    print(f"{a.model}: {base.get('params', 0) / 1e6:.1f}M parameters, batch {a.batch}, context {a.context}, "
+          f"PYTORCH_CUDA_ALLOC_CONF={a.alloc_conf}")
     print(f"{'mode':<11} {'peak GiB (sum)':>14} {'vs base':>8} {'step ms':>8} {'vs base':>8} {'losses':>9}")
     summary = {}
     for mode, r in runs.items():
@@ -251,7 +255,8 @@ def main():
         return run_mode(a)
     os.makedirs(a.out, exist_ok=True)
     runs = {mode: child(a, mode, a.context, a.steps, a.warmup) for mode in MODELS[a.model]["modes"]}
-    results = dict(model=a.model, batch=a.batch, context=a.context, runs=runs, summary=report(a, runs))
+    results = dict(model=a.model, batch=a.batch, context=a.context, alloc_conf=a.alloc_conf, runs=runs,
+                   summary=report(a, runs))
     ok = all(r.get("ok") for r in runs.values()) and all(s["losses_bitwise"] for s in results["summary"].values())
     if a.contexts:
         longest = {}

@@ -66,9 +66,10 @@ class TestCodec(unittest.TestCase):
         g = torch.Generator().manual_seed(5)
         special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-45, -3e-39, 1.0])
         for device in devices():
-            codec = lt.Codec()
+            # Small pieces and a small scratch budget: tensors cut into several blobs, encodes waited for.
+            codec = lt.Codec(piece_bytes=128 << 10, inflight_bytes=256 << 10)
             for dtype in lt.CODED:
-                for n in (1, 16383, 16384, 16385, 40000):
+                for n in (1, 16383, 16384, 16385, 40000, 100000):
                     with self.subTest(device=device, dtype=str(dtype), n=n):
                         x = (torch.randn(n, generator=g) * 3)
                         x[: min(n, 8)] = special[: min(n, 8)]
@@ -102,13 +103,13 @@ class TestCodec(unittest.TestCase):
             x = (torch.randn(100003, generator=g) * 5).to(dtype)
             on_cpu = lt.Codec().encode([x], ["r"])[0]
             on_gpu = lt.Codec().encode([x.cuda()], ["r"])[0]
-            self.assertTrue(torch.equal(on_cpu.blob, on_gpu.blob.cpu()), str(dtype))
+            self.assertTrue(torch.equal(on_cpu.blobs[0], on_gpu.blobs[0].cpu()), str(dtype))
 
     def test_corrupt_blob_is_an_error(self):
         for device in devices():
             codec = lt.Codec()
             p = codec.encode([torch.randn(50000).to(device)], ["r"])[0]
-            p.blob[p.nbytes // 2] ^= 0x5A
+            p.blobs[0][p.nbytes // 2] ^= 0x5A
             with self.assertRaises(LctError):
                 codec.decode([p])
                 codec.verify()

@@ -1,5 +1,7 @@
 """_codec.py — Codec: torch tensors to and from LCT blobs on their own device (the CUDA codec on the current
 stream, the CPU codec for CPU tensors), with one codebook per role, rebuilt on drift as lctd does."""
+import collections
+
 import torch
 
 from .. import codec as _lib
@@ -9,8 +11,9 @@ CODED = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
     if hasattr(torch, _name):
         CODED[getattr(torch, _name)] = _code
-DRIFT = 0.02  # a codebook whose codes take 2% more bits than it expected is rebuilt (lctd: LCT__DRIFT)
 _ELEMENT_BYTES = {dtype: torch.empty(0, dtype=dtype).element_size() for dtype in CODED}
+DRIFT = 0.02  # a codebook whose codes take 2% more bits than it expected is rebuilt (lctd: LCT__DRIFT)
+_CHUNK_ELEMS = 16384  # the format's chunk: pieces of a tensor split at multiples of it
 _ALIGN = 16  # blobs start at multiples of this in a shared allocation (the decoder needs 8)
 
 
@@ -31,12 +34,15 @@ def layout(t):
 
 
 class Packed:
-    """A tensor held as an LCT blob: blob is a uint8 tensor on the tensor's device (often a view into an
-    allocation shared with the blobs encoded alongside it)."""
-    __slots__ = ("blob", "dtype", "shape", "perm", "numel")
+    """A tensor held as LCT blobs, one per piece of at most the codec's piece size: each a uint8 tensor on the
+    tensor's device (often a view into an allocation shared with blobs encoded alongside it). Right after a
+    CUDA encode the blobs are still in the encoder's scratch; the codec moves them to memory of their exact
+    size once the stream has told it their sizes (Codec.wait)."""
+    __slots__ = ("blobs", "piece_elems", "dtype", "shape", "perm", "numel", "device", "_launch")
 
-    def __init__(self, blob, dtype, shape, perm, numel):
-        self.blob, self.dtype, self.shape, self.perm, self.numel = blob, dtype, shape, perm, numel
+    def __init__(self, dtype, shape, perm, numel, device):
+        self.dtype, self.shape, self.perm, self.numel, self.device = dtype, shape, perm, numel, device
+        self.blobs, self.piece_elems, self._launch = [], max(numel, 1), None
 
     @property
     def raw_bytes(self):
@@ -44,7 +50,10 @@ class Packed:
 
     @property
     def nbytes(self):
-        return self.blob.numel()
+        """Bytes its blobs take (after the encode's sizes are known: see Codec.wait)."""
+        if self._launch is not None:
+            self._launch.codec.wait(self._launch)
+        return sum(b.numel() for b in self.blobs)
 
 
 class _Book:
@@ -55,22 +64,40 @@ class _Book:
         self.host, self.device, self.stale = host, {}, False
 
 
+class _Launch:
+    """One encode launch whose blob sizes are on their way to the host."""
+    __slots__ = ("codec", "stream", "event", "scratch", "host_sizes", "host_hist", "pieces", "counting",
+                 "scratch_bytes")
+
+    def __init__(self, codec, stream):
+        self.codec, self.stream = codec, stream
+
+
 class Codec:
     """Encodes and decodes torch tensors with LCT's codec, losslessly, on the tensors' device.
 
     A role names a class of tensors that share a codebook (a parameter, its Adam moments, the n-th saved
     activation of a forward pass). A role's first encode builds its codebook from the tensor's symbol counts;
-    later encodes reuse it with no counting pass; when a tensor's codes take more than DRIFT above what the
+    later encodes reuse it with no counting pass; when a tensor's codes take more than `drift` above what the
     codebook expected, the role's next encode counts its symbols in the same pass and the codebook is rebuilt
-    from them. CUDA work runs on the current stream; encode() synchronizes once per call (it sizes each blob's
-    allocation from the sizes the kernel wrote), decode() not at all: verify() reports a decode that failed.
+    from them.
+
+    CUDA work runs on the current stream and never waits for it on the way in: a tensor is encoded into
+    scratch of its worst-case size, and its blobs move to memory of their exact size once the stream has
+    passed the encode (checked without blocking at each later call; blocking only when more than
+    `inflight_bytes` of scratch is outstanding, or in wait()). Large tensors are cut into pieces of
+    `piece_bytes` so that the scratch stays bounded. A decode waits for its blobs' sizes (long known by then in
+    a training step) and queues without blocking; verify() reports a blob that failed its checks.
     """
 
-    def __init__(self, drift=DRIFT):
-        self.drift = drift
+    def __init__(self, drift=DRIFT, piece_bytes=64 << 20, inflight_bytes=512 << 20):
+        self.drift, self.piece_bytes, self.inflight_bytes = drift, piece_bytes, inflight_bytes
         self._books = {}
+        self._launches = collections.deque()  # encodes whose blobs are still in scratch, oldest first
+        self._inflight = 0
         self._statuses = []  # decode status words not yet checked
         self.rebuilds = 0
+        self.totals = collections.defaultdict(lambda: [0, 0])  # role kind -> [raw bytes, blob bytes] encoded
 
     @staticmethod
     def coded(t):
@@ -79,116 +106,171 @@ class Codec:
     # -- encode -----------------------------------------------------------------------------------------------
     def encode(self, tensors, roles):
         """Packed blobs of tensors (each of a coded dtype, dense in memory), in order."""
-        out = [None] * len(tensors)
-        by_device = {}
-        for i, t in enumerate(tensors):
+        out = []
+        for t, role in zip(tensors, roles):
             if t.dtype not in CODED:
                 raise error(error_code("LCT_EDTYPE"), f"{t.dtype} is not a dtype LCT codes")
-            by_device.setdefault(t.device, []).append(i)
-        for dev, idx in by_device.items():
-            encode = self._encode_cuda if dev.type == "cuda" else self._encode_cpu
-            for i, p in zip(idx, encode([tensors[i] for i in idx], [roles[i] for i in idx], dev)):
-                out[i] = p
-        return out
-
-    def _book(self, role, dev):
-        return self._books.get((role, dev))
+            flat, perm = layout(t)
+            out.append((Packed(t.dtype, tuple(t.shape), perm, flat.numel(), t.device), flat, role))
+        cuda = [x for x in out if x[0].device.type == "cuda"]
+        for packed, flat, role in out:
+            if packed.device.type != "cuda":
+                self._encode_cpu(packed, flat, role)
+        if cuda:
+            self._encode_cuda(cuda)
+        return [x[0] for x in out]
 
     def _drifted(self, book, code_bits, n_elems):
         return code_bits > book.host.expected_bits * n_elems * (1.0 + self.drift)
 
-    def _encode_cpu(self, tensors, roles, dev):
-        out = []
-        for t, role in zip(tensors, roles):
-            flat, perm = layout(t)
-            code = _lib.dtype_code(CODED[t.dtype])
-            book = self._book(role, dev)
-            if book is None or book.stale:  # the CPU codec counts in a pass of its own
-                host = _lib.Codebook.from_data(code, (flat.data_ptr(), flat.numel() * flat.element_size()))
-                self.rebuilds += book is not None
-                book = self._books[(role, dev)] = _Book(host)
-            cap = _lib.encode_bound(code, flat.numel())
-            scratch = torch.empty(cap, dtype=torch.uint8)
-            size, code_bits = _lib.encode_into(code, book.host, flat.data_ptr(), flat.numel(), scratch.data_ptr(), cap)
-            book.stale = self._drifted(book, code_bits, flat.numel())
-            out.append(Packed(scratch[:size].clone(), t.dtype, tuple(t.shape), perm, flat.numel()))
-        return out
+    def _encode_cpu(self, packed, flat, role):
+        code = _lib.dtype_code(CODED[flat.dtype])
+        key = (role, flat.device)
+        book = self._books.get(key)
+        if book is None or book.stale:  # the CPU codec counts in a pass of its own
+            host = _lib.Codebook.from_data(code, (flat.data_ptr(), flat.numel() * flat.element_size()))
+            self.rebuilds += book is not None
+            book = self._books[key] = _Book(host)
+        cap = _lib.encode_bound(code, flat.numel())
+        scratch = torch.empty(cap, dtype=torch.uint8)
+        size, code_bits = _lib.encode_into(code, book.host, flat.data_ptr(), flat.numel(), scratch.data_ptr(), cap)
+        book.stale = self._drifted(book, code_bits, flat.numel())
+        packed.blobs = [scratch[:size].clone()]
+        self._count(role, packed.raw_bytes, size)
 
-    def _encode_cuda(self, tensors, roles, dev):
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        flats = [layout(t) for t in tensors]
-        codes = [_lib.dtype_code(CODED[t.dtype]) for t in tensors]
-        self._build_missing(flats, codes, roles, dev, stream)
+    def _count(self, role, raw, blob):
+        total = self.totals[role[0] if isinstance(role, tuple) else role]
+        total[0] += raw
+        total[1] += blob
 
-        # Stale roles count their symbols in this pass (the first of their tensors does).
-        counting = {}
-        for i, role in enumerate(roles):
-            book = self._book(role, dev)
-            if book.stale and role not in counting:
+    def _pieces(self, cuda):
+        """(packed, piece index, flat piece, role) for every piece, a piece at most piece_bytes."""
+        for packed, flat, role in cuda:
+            step = max(self.piece_bytes // flat.element_size() // _CHUNK_ELEMS, 1) * _CHUNK_ELEMS
+            n = max((flat.numel() + step - 1) // step, 1)
+            packed.blobs, packed.piece_elems = [None] * n, step
+            for i in range(n):
+                yield packed, i, flat[i * step:(i + 1) * step], role
+
+    def _encode_cuda(self, cuda):
+        group, group_bytes = [], 0
+        for piece in self._pieces(cuda):
+            need = piece[2].numel() * piece[2].element_size()
+            if group and group_bytes + need > self.piece_bytes * 2:
+                self._submit(group)
+                group, group_bytes = [], 0
+            group.append(piece)
+            group_bytes += need
+        if group:
+            self._submit(group)
+
+    def _submit(self, pieces):
+        dev = pieces[0][2].device
+        stream = torch.cuda.current_stream(dev)
+        codes = [_lib.dtype_code(CODED[flat.dtype]) for _, _, flat, _ in pieces]
+        self._build_missing(pieces, codes, dev, stream.cuda_stream)
+
+        # Stale roles count their symbols in this pass (the first of their pieces does).
+        counting, hist_at, at = {}, {}, 0
+        for i, (_, _, _, role) in enumerate(pieces):
+            if self._books[(role, dev)].stale and role not in counting:
                 counting[role] = i
-        sym_counts = [1 << _lib.symbol_bits(codes[i]) for i in counting.values()]
-        hist = torch.zeros(max(sum(sym_counts), 1), dtype=torch.int64, device=dev)
-        hist_at = {}
-        at = 0
-        for (role, i), n in zip(counting.items(), sym_counts):
-            hist_at[i] = (at, n)
-            at += n
+                n = 1 << _lib.symbol_bits(codes[i])
+                hist_at[i] = (at, n)
+                at += n
+        hist = torch.zeros(max(at, 1), dtype=torch.int64, device=dev)
 
-        caps = [_aligned(_lib.encode_bound(c, f.numel())) for c, (f, _) in zip(codes, flats)]
+        caps = [_aligned(_lib.encode_bound(c, flat.numel())) for c, (_, _, flat, _) in zip(codes, pieces)]
         scratch = torch.empty(sum(caps), dtype=torch.uint8, device=dev)
-        sizes = torch.zeros(len(tensors), 2, dtype=torch.int64, device=dev)  # blob bytes, code bits
+        sizes = torch.zeros(len(pieces), 2, dtype=torch.int64, device=dev)  # blob bytes, code bits
         items, off = [], 0
-        for i, ((flat, _), code, role, cap) in enumerate(zip(flats, codes, roles, caps)):
+        for i, ((_, _, flat, role), code, cap) in enumerate(zip(pieces, codes, caps)):
             h = hist_at.get(i)
             items.append(_lib.EncodeItem(
-                dtype=code, codebook=self._book(role, dev).device[dev].handle.value, src=flat.data_ptr(),
+                dtype=code, codebook=self._books[(role, dev)].device[dev].handle.value, src=flat.data_ptr(),
                 n_elems=flat.numel(), dst=scratch.data_ptr() + off, cap=cap, blob_bytes=sizes[i].data_ptr(),
                 code_bits=sizes[i].data_ptr() + 8, hist=hist.data_ptr() + 8 * h[0] if h else None))
             off += cap
         ws_bytes = _lib.cuda_encode_workspace_size(items)
         workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
-        _lib.cuda_encode_batch(items, workspace.data_ptr(), ws_bytes, stream)
+        _lib.cuda_encode_batch(items, workspace.data_ptr(), ws_bytes, stream.cuda_stream)
 
-        host_sizes = sizes.to("cpu", non_blocking=True)
-        host_hist = hist.to("cpu", non_blocking=True) if counting else None
-        statuses = self._take_statuses(dev)
-        torch.cuda.current_stream(dev).synchronize()  # the one wait: blob sizes decide the allocation
-        self._raise_failed(statuses)
+        launch = _Launch(self, stream)
+        launch.host_sizes = torch.empty(sizes.shape, dtype=sizes.dtype, pin_memory=True)
+        launch.host_sizes.copy_(sizes, non_blocking=True)
+        launch.host_hist = None
+        if counting:
+            launch.host_hist = torch.empty(hist.shape, dtype=hist.dtype, pin_memory=True)
+            launch.host_hist.copy_(hist, non_blocking=True)
+        launch.event = torch.cuda.Event()
+        launch.event.record(stream)
+        launch.scratch, launch.scratch_bytes = scratch, scratch.numel()
+        launch.pieces = [(packed, i, flat.numel(), role, code, cap) for (packed, i, flat, role), code, cap
+                         in zip(pieces, codes, caps)]
+        launch.counting = hist_at
+        for packed, *_ in pieces:
+            packed._launch = launch
+        self._launches.append(launch)
+        self._inflight += launch.scratch_bytes
+        self._settle(block=False)
 
-        blob_sizes = host_sizes[:, 0].tolist()
-        store = torch.empty(max(sum(_aligned(s) for s in blob_sizes), 1), dtype=torch.uint8, device=dev)
-        dsts, srcs, out, at, off = [], [], [], 0, 0
-        for (flat, perm), t, size, cap in zip(flats, tensors, blob_sizes, caps):
+    def _settle(self, block, upto=None):
+        """Moves the blobs of finished launches, oldest first, to memory of their exact size: those the stream
+        has passed; with block, every launch up to `upto` (all if None) too, and the oldest ones while more
+        than inflight_bytes of scratch is outstanding."""
+        while self._launches:
+            launch = self._launches[0]
+            must = block and (upto is None or upto in self._launches) or self._inflight > self.inflight_bytes
+            if not must and not launch.event.query():
+                break
+            launch.event.synchronize()
+            self._launches.popleft()
+            self._inflight -= launch.scratch_bytes
+            self._place(launch)
+            if launch is upto:
+                break
+
+    def _place(self, launch):
+        with torch.cuda.stream(launch.stream):
+            self._place_on_stream(launch)
+
+    def _place_on_stream(self, launch):
+        dev = launch.stream.device
+        sizes = launch.host_sizes[:, 0].tolist()
+        code_bits = launch.host_sizes[:, 1].tolist()
+        store = torch.empty(max(sum(_aligned(s) for s in sizes), 1), dtype=torch.uint8, device=dev)
+        dsts, srcs, at, off = [], [], 0, 0
+        for (packed, i, n_elems, role, code, cap), size in zip(launch.pieces, sizes):
             dsts.append(store[at:at + size])
-            srcs.append(scratch[off:off + size])
-            out.append(Packed(dsts[-1], t.dtype, tuple(t.shape), perm, flat.numel()))
+            srcs.append(launch.scratch[off:off + size])
+            packed.blobs[i] = dsts[-1]
+            self._count(role, n_elems * _ELEMENT_BYTES[packed.dtype], size)
+            if packed._launch is launch:
+                packed._launch = None
             at += _aligned(size)
             off += cap
-        if hasattr(torch, "_foreach_copy_"):
-            torch._foreach_copy_(dsts, srcs)
-        else:
-            for d, s in zip(dsts, srcs):
-                d.copy_(s)
+        torch._foreach_copy_(dsts, srcs)
+        launch.scratch = None  # back to the allocator, ordered after the copies on this stream
 
-        code_bits = host_sizes[:, 1].tolist()
-        for i, role in enumerate(roles):
-            book = self._book(role, dev)
-            if i in hist_at:
-                at, n = hist_at[i]
-                counts = host_hist[at:at + n].contiguous()
-                book.host = _lib.Codebook.from_histogram(codes[i], counts.data_ptr())
+        stream = launch.stream.cuda_stream
+        for k, (packed, i, n_elems, role, code, cap) in enumerate(launch.pieces):
+            book = self._books[(role, dev)]
+            if k in launch.counting:
+                at, n = launch.counting[k]
+                counts = launch.host_hist[at:at + n].contiguous()
+                book.host = _lib.Codebook.from_histogram(code, counts.data_ptr())
                 book.device[dev].set(book.host, stream)
                 book.stale = False
                 self.rebuilds += 1
-            elif self._drifted(book, code_bits[i], flats[i][0].numel()):
+            elif self._drifted(book, code_bits[k], n_elems):
                 book.stale = True
-        return out
 
-    def _build_missing(self, flats, codes, roles, dev, stream):
-        """Codebooks for the roles that have none on dev, from their first tensor's symbol counts (one wait)."""
+    def _build_missing(self, pieces, codes, dev, stream):
+        """Codebooks for the roles that have none on dev, from their first piece's symbol counts (one wait, on a
+        role's first encode only)."""
         new = {}
-        for i, role in enumerate(roles):
-            if self._book(role, dev) is None and role not in new:
+        for i, (_, _, _, role) in enumerate(pieces):
+            if (role, dev) not in self._books and role not in new:
                 new[role] = i
         if not new:
             return
@@ -196,7 +278,7 @@ class Codec:
         hist = torch.zeros(sum(bits), dtype=torch.int64, device=dev)
         at = 0
         for i, n in zip(new.values(), bits):
-            flat = flats[i][0]
+            flat = pieces[i][2]
             _lib.cuda_histogram(codes[i], flat.data_ptr(), flat.numel(), hist.data_ptr() + 8 * at, stream)
             at += n
         counts = hist.cpu()
@@ -209,73 +291,68 @@ class Codec:
             self._books[(role, dev)] = book
             at += n
 
+    def wait(self, launch=None):
+        """Waits for the encodes queued so far (or up to one launch) and moves their blobs to exact-size memory."""
+        self._settle(block=True, upto=launch)
+
     # -- decode -----------------------------------------------------------------------------------------------
     def decode(self, packed):
         """New tensors holding what each Packed held, bit for bit, with its shape and strides."""
-        out = [None] * len(packed)
-        by_device = {}
-        for i, p in enumerate(packed):
-            by_device.setdefault(p.blob.device, []).append(i)
-        for dev, idx in by_device.items():
-            decode = self._decode_cuda if dev.type == "cuda" else self._decode_cpu
-            for i, t in zip(idx, decode([packed[i] for i in idx], dev)):
-                out[i] = t
+        for p in packed:
+            if p._launch is not None:
+                self.wait(p._launch)
+        self._settle(block=False)
+        out, cuda_items = [], []
+        for p in packed:
+            t, flat = self._empty(p)
+            out.append(t)
+            at = 0
+            for blob in p.blobs:
+                n = min(p.numel - at, p.piece_elems)
+                if p.device.type == "cuda":
+                    cuda_items.append((p, blob, flat[at:at + n]))
+                else:
+                    _lib.decode_into(blob.data_ptr(), blob.numel(), flat[at:].data_ptr(), n * flat.element_size())
+                at += n
+        if cuda_items:
+            self._decode_cuda(cuda_items)
         return out
 
     @staticmethod
-    def _empty(p, dev):
+    def _empty(p):
         """An uninitialized tensor of p's shape and strides, and the flat view the decoder fills."""
         if p.perm is None:
-            t = torch.empty(p.shape, dtype=p.dtype, device=dev)
+            t = torch.empty(p.shape, dtype=p.dtype, device=p.device)
             return t, t.view(-1)
-        permuted = torch.empty([p.shape[d] for d in p.perm], dtype=p.dtype, device=dev)
+        permuted = torch.empty([p.shape[d] for d in p.perm], dtype=p.dtype, device=p.device)
         inverse = [0] * len(p.perm)
         for i, d in enumerate(p.perm):
             inverse[d] = i
         return permuted.permute(inverse), permuted.view(-1)
 
-    def _decode_cpu(self, packed, dev):
-        out = []
-        for p in packed:
-            t, flat = self._empty(p, dev)
-            _lib.decode_into(p.blob.data_ptr(), p.blob.numel(), flat.data_ptr(), flat.numel() * flat.element_size())
-            out.append(t)
-        return out
-
-    def _decode_cuda(self, packed, dev):
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        status = torch.empty(len(packed), dtype=torch.int32, device=dev)
-        out, items = [], []
-        for i, p in enumerate(packed):
-            t, flat = self._empty(p, dev)
-            out.append(t)
-            items.append(_lib.DecodeItem(dtype=_lib.dtype_code(CODED[p.dtype]), n_elems=p.numel,
-                                         blob=p.blob.data_ptr(), blob_bytes=p.blob.numel(), dst=flat.data_ptr(),
-                                         status=status.data_ptr() + 4 * i))
-        ws_bytes = _lib.cuda_decode_workspace_size(len(items))
-        workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
-        _lib.cuda_decode_batch(items, workspace.data_ptr(), ws_bytes, stream)
-        self._statuses.append(status)
-        return out
-
-    def _take_statuses(self, dev=None):
-        mine = [s for s in self._statuses if dev is None or s.device == dev]
-        self._statuses = [s for s in self._statuses if not (dev is None or s.device == dev)]
-        return [s.to("cpu", non_blocking=True) for s in mine]
-
-    @staticmethod
-    def _raise_failed(host_statuses):
-        for s in host_statuses:
-            bad = s[s != 0]
-            if bad.numel():
-                raise error(int(bad[0]), "a blob failed its checks while decoding on the GPU")
+    def _decode_cuda(self, items):
+        by_device = collections.defaultdict(list)
+        for item in items:
+            by_device[item[0].device].append(item)
+        for dev, group in by_device.items():
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            status = torch.empty(len(group), dtype=torch.int32, device=dev)
+            decode_items = [_lib.DecodeItem(dtype=_lib.dtype_code(CODED[p.dtype]), n_elems=dst.numel(),
+                                            blob=blob.data_ptr(), blob_bytes=blob.numel(), dst=dst.data_ptr(),
+                                            status=status.data_ptr() + 4 * i)
+                            for i, (p, blob, dst) in enumerate(group)]
+            ws_bytes = _lib.cuda_decode_workspace_size(len(decode_items))
+            workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
+            _lib.cuda_decode_batch(decode_items, workspace.data_ptr(), ws_bytes, stream)
+            self._statuses.append(status)
 
     def verify(self):
         """Waits for the decodes queued so far and raises LctError if any blob failed its checks."""
-        statuses = self._take_statuses()
-        if statuses:
-            torch.cuda.synchronize()
-            self._raise_failed(statuses)
+        statuses, self._statuses = self._statuses, []
+        for s in statuses:
+            bad = s[s != 0].cpu()
+            if bad.numel():
+                raise error(int(bad[0]), "a blob failed its checks while decoding on the GPU")
 
 
 _default = None

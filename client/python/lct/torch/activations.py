@@ -42,12 +42,12 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         self.codec = codec or default_codec()
         self.min_bytes, self.batch_bytes = min_bytes, batch_bytes
         self._pending, self._pending_bytes, self._ordinal = [], 0, 0
-        self.raw_bytes = self.blob_bytes = self.tensors = 0  # of the tensors encoded in the current context
+        self.tensors, self._totals = 0, (0, 0)
         super().__init__(self.pack, _saved.unpack)
 
     def __enter__(self):
         self._ordinal = 0
-        self.raw_bytes = self.blob_bytes = self.tensors = 0
+        self.tensors, self._totals = 0, tuple(self.codec.totals["activation"])
         _saved.activation_stack().append(self)
         super().__enter__()
         return self
@@ -92,6 +92,19 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         packed = self.codec.encode([saved.raw for saved, _ in live], [role for _, role in live])
         for (saved, _), p in zip(live, packed):
             saved.packed, saved.raw = p, None
-            self.raw_bytes += p.raw_bytes
-            self.blob_bytes += p.nbytes
         self.tensors += len(live)
+
+    def _encoded(self):
+        self.codec.wait()
+        now = self.codec.totals["activation"]
+        return now[0] - self._totals[0], now[1] - self._totals[1]
+
+    @property
+    def raw_bytes(self):
+        """Raw bytes of the tensors encoded since the context was entered (waits for their encodes)."""
+        return self._encoded()[0]
+
+    @property
+    def blob_bytes(self):
+        """Bytes their blobs take (waits for their encodes)."""
+        return self._encoded()[1]

@@ -103,7 +103,7 @@ def run_mode(a):
     import lct.torch as lt
     from gpu_memory import Nvml, PeakSampler
 
-    torch.use_deterministic_algorithms(True, warn_only=a.model == "qwen3-4b")
+    torch.use_deterministic_algorithms(True)  # bitwise-comparable runs (cuDNN attention too)
     dev = torch.device("cuda")
     torch.cuda.init()
     torch.empty(1, device=dev)  # the context exists: what NVML counts from here on

@@ -104,7 +104,7 @@ def run_mode(a):
     from gpu_memory import Nvml, PeakSampler
 
     torch.use_deterministic_algorithms(True)  # bitwise-comparable runs (cuDNN attention too)
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.init()
     torch.empty(1, device=dev)  # the context exists: what NVML counts from here on
     props = torch.cuda.get_device_properties(dev)

@@ -181,9 +181,9 @@ class TestCompressedAdamW(unittest.TestCase):
         if not torch.cuda.is_available() or int(torch.__version__.split(".")[0]) < 2 or "cuda" not in devices():
             self.skipTest("needs CUDA, the CUDA codec and torch 2 (fused AdamW)")
 
-    def train(self, make_opt, dtype=torch.float32, weights=False, steps=4):
+    def train(self, make_opt, dtype=None, weights=False, steps=4):
         torch.manual_seed(0)
-        model = Net(d=128).cuda().to(dtype)
+        model = Net(d=128).cuda().to(dtype or torch.float32)
         params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=4096) if weights else None
         opt = make_opt(model, params)
         idx = torch.randint(0, 97, (4, 65), generator=torch.Generator().manual_seed(1)).cuda()

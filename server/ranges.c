@@ -1,4 +1,4 @@
-/* ranges.c — the free ranges of a fixed region: next-fit allocation and coalescing frees (the cuda backend's sub-allocator). */
+/* ranges.c — the free ranges of a fixed region: best-fit allocation and coalescing frees (the cuda pool's placement). */
 #include "ranges.h"
 
 #include <stdlib.h>
@@ -6,14 +6,9 @@
 
 #include "lct_error.h"
 
-/* Removes range i, keeping the rover on the range that followed it. */
 static void lct__ranges_remove(lct__ranges *f, size_t i) {
   memmove(&f->r[i], &f->r[i + 1], (f->n - i - 1) * sizeof *f->r);
   f->n--;
-  if (f->rover > i)
-    f->rover--;
-  if (f->rover >= f->n)
-    f->rover = 0;
 }
 
 int lct__ranges_give(lct__ranges *f, uint64_t off, uint64_t len) {
@@ -47,27 +42,24 @@ int lct__ranges_give(lct__ranges *f, uint64_t off, uint64_t len) {
     memmove(&f->r[lo + 1], &f->r[lo], (f->n - lo) * sizeof *f->r);
     f->r[lo] = (lct__range){off, len};
     f->n++;
-    if (f->rover >= lo && f->n > 1)
-      f->rover++;
   }
   return 0;
 }
 
 int lct__ranges_take(lct__ranges *f, uint64_t len, uint64_t *off) {
-  for (size_t k = 0; k < f->n; k++) {
-    size_t i = (f->rover + k) % f->n;
-    lct__range *g = &f->r[i];
-    if (g->len < len)
-      continue;
-    *off = g->off;
-    g->off += len;
-    g->len -= len;
-    f->rover = i;
-    if (g->len == 0)
-      lct__ranges_remove(f, i);
-    return 0;
-  }
-  return LCT_ENOSPC;
+  size_t best = f->n;
+  for (size_t i = 0; i < f->n; i++)
+    if (f->r[i].len >= len && (best == f->n || f->r[i].len < f->r[best].len))
+      best = i;
+  if (best == f->n)
+    return LCT_ENOSPC;
+  lct__range *g = &f->r[best];
+  *off = g->off;
+  g->off += len;
+  g->len -= len;
+  if (g->len == 0)
+    lct__ranges_remove(f, best);
+  return 0;
 }
 
 void lct__ranges_free(lct__ranges *f) {

@@ -143,4 +143,14 @@ int lct__granules_give(lct__granules *gr, uint64_t off, uint64_t len) {
   return rc != 0 ? rc : trimmed;
 }
 
+int lct__granules_shrink(lct__granules *gr, uint64_t off, uint64_t len, uint64_t keep, uint64_t *to) {
+  assert(0 < keep && keep < len);
+  uint64_t end = off + len;
+  if (len - keep > keep / 16 && end < gr->n * gr->granule && !lct__ranges_free_at(&gr->free, end) &&
+      lct__granules_take(gr, keep, to) == 0)
+    return 0;
+  *to = off;
+  return lct__granules_give(gr, off + keep, len - keep);
+}
+
 uint64_t lct__granules_held(const lct__granules *gr) { return gr->n_mapped * gr->granule; }

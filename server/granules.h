@@ -62,6 +62,17 @@ int lct__granules_take(lct__granules *gr, uint64_t len, uint64_t *off);
  * mapped, counted as held, and is tried again at the next give). */
 int lct__granules_give(lct__granules *gr, uint64_t off, uint64_t len);
 
+/* Shrinks [off, off + len) of a take to its first keep bytes (0 < keep <
+ * len). In place (*to = off, the tail given back as by a give) when the
+ * tail joins free bytes after it, or is at most keep / 16 (a move would copy
+ * 16 times what it saves), or no take of keep bytes succeeds. Otherwise the
+ * tail would be a hole between allocations that a take of the range's own
+ * size cannot use (an encode's worst case, shrunk to its blob, before the
+ * next segment's): *to is a take of keep bytes elsewhere, the caller copies
+ * the blob there and gives [off, off + len) back, which then holds a later
+ * worst case. Errors as for a give, in place. */
+int lct__granules_shrink(lct__granules *gr, uint64_t off, uint64_t len, uint64_t keep, uint64_t *to);
+
 /* Bytes mapped: live granules and slack. */
 uint64_t lct__granules_held(const lct__granules *gr);
 

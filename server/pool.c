@@ -56,6 +56,9 @@ void lct__pool_free(lct__pool *pool, void *blob, size_t bytes) {
 
 uint64_t lct__pool_capacity(const lct__pool *pool) { return pool->capacity; }
 uint64_t lct__pool_used(const lct__pool *pool) { return pool->used; }
+uint64_t lct__pool_held(const lct__pool *pool) {
+  return pool->backend.ops->held != NULL ? pool->backend.ops->held(pool->backend.ctx) : pool->used;
+}
 int lct__pool_fits(const lct__pool *pool, uint64_t bytes) {
   return bytes <= pool->capacity - pool->used;
 }

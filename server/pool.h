@@ -23,6 +23,9 @@ void lct__pool_free(lct__pool *pool, void *blob, size_t bytes);
 
 uint64_t lct__pool_capacity(const lct__pool *pool);
 uint64_t lct__pool_used(const lct__pool *pool);
+/* Memory the blobs hold from the device or host (the backend's held; used
+ * where the backend allocates exactly that). */
+uint64_t lct__pool_held(const lct__pool *pool);
 /* Whether bytes could be allocated now. */
 int lct__pool_fits(const lct__pool *pool, uint64_t bytes);
 const lct__backend *lct__pool_backend(const lct__pool *pool);

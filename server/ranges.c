@@ -11,8 +11,9 @@ static void lct__ranges_remove(lct__ranges *f, size_t i) {
   f->n--;
 }
 
-int lct__ranges_give(lct__ranges *f, uint64_t off, uint64_t len) {
-  size_t lo = 0, hi = f->n; /* the first range after off */
+/* The index of the first range at or after off. */
+static size_t lct__ranges_find(const lct__ranges *f, uint64_t off) {
+  size_t lo = 0, hi = f->n;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
     if (f->r[mid].off < off)
@@ -20,6 +21,16 @@ int lct__ranges_give(lct__ranges *f, uint64_t off, uint64_t len) {
     else
       hi = mid;
   }
+  return lo;
+}
+
+int lct__ranges_free_at(const lct__ranges *f, uint64_t off) {
+  size_t i = lct__ranges_find(f, off);
+  return i < f->n && f->r[i].off == off;
+}
+
+int lct__ranges_give(lct__ranges *f, uint64_t off, uint64_t len) {
+  size_t lo = lct__ranges_find(f, off);
   int join_prev = lo > 0 && f->r[lo - 1].off + f->r[lo - 1].len == off;
   int join_next = lo < f->n && off + len == f->r[lo].off;
   if (join_prev && join_next) {

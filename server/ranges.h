@@ -26,6 +26,8 @@ int lct__ranges_give(lct__ranges *f, uint64_t off, uint64_t len);
 /* Takes len bytes (len > 0) from the start of the smallest free range that
  * holds them: *off. LCT_ENOSPC when no single range does. */
 int lct__ranges_take(lct__ranges *f, uint64_t len, uint64_t *off);
+/* Whether a free range starts at off. */
+int lct__ranges_free_at(const lct__ranges *f, uint64_t off);
 void lct__ranges_free(lct__ranges *f);
 
 #endif

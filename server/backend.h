@@ -43,9 +43,12 @@ typedef struct lct__backend_ops {
    * when it has none left to map) or LCT_ENOSPC (the range is fragmented)
    * on failure. */
   int (*alloc)(void *ctx, size_t bytes, void **out);
-  /* Gives back the tail of a blob after encoding; may move it (*out). On
-   * failure the blob stays valid at its old size. */
+  /* Gives back the tail of a blob after encoding; may move it (*out), its
+   * bytes there once settle returns, which the caller runs before anything
+   * reads the blob. On failure the blob stays valid at its old size. */
   int (*shrink)(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out);
+  /* Waits for the moves of the shrinks before it; NULL where shrinks never move (cpu). */
+  void (*settle)(void *ctx);
   void (*release)(void *ctx, void *blob, size_t bytes);
   /* Bytes of memory blob memory holds now (cuda: the mapped granules, blobs
    * plus bounded slack); NULL where that is what is allocated (cpu). */

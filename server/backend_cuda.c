@@ -125,6 +125,9 @@ typedef struct lct__cuda {
   CUmemAllocationProp prop;  /* a granule: pinned memory of the device */
   CUmemAccessDesc access;    /* read and write by the device */
   lct__granules pool;        /* placement and mapping over va (loop thread) */
+  cudaStream_t moves;        /* copies of blobs a shrink moved */
+  lct__range *moved;         /* the ranges they left, given back at the settle */
+  size_t n_moved, cap_moved;
   uint64_t capacity;
   uint64_t segment_max;
   lct__cuda_batch *batch;
@@ -279,21 +282,72 @@ static int lct__cuda_alloc(void *ctx, size_t bytes, void **out) {
   return 0;
 }
 
-/* A give that failed leaves bytes or a granule held: logged, nothing else to do. */
-static void lct__cuda_give(lct__cuda *g, uint64_t off, uint64_t len) {
-  int rc = lct__granules_give(&g->pool, off, len);
+/* A give of len bytes that failed leaves them, or a granule, held (an
+ * unmap's failure is logged where it happens): nothing else to do. */
+static void lct__cuda_gave(int rc, uint64_t len) {
   if (rc == LCT_ENOMEM)
     lct__log_error("cuda: out of host memory tracking a free range; %llu pool bytes are not placed again",
                    (unsigned long long)len);
 }
 
+static void lct__cuda_give(lct__cuda *g, uint64_t off, uint64_t len) {
+  lct__cuda_gave(lct__granules_give(&g->pool, off, len), len);
+}
+
+/* Room for one more moved range; 0 or LCT_ENOMEM. */
+static int lct__moved_room(lct__cuda *g) {
+  if (g->n_moved < g->cap_moved)
+    return 0;
+  size_t cap = g->cap_moved ? 2 * g->cap_moved : 256;
+  lct__range *grown = realloc(g->moved, cap * sizeof *grown);
+  if (grown == NULL)
+    return LCT_ENOMEM;
+  g->moved = grown;
+  g->cap_moved = cap;
+  return 0;
+}
+
+/* In place, or moved where granules.h packs it better: the copy is queued on
+ * the moves stream and the range it leaves is given back at the settle. */
 static int lct__cuda_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out) {
   lct__cuda *g = ctx;
-  uint64_t keep = lct__span(new_bytes), had = lct__span(old_bytes);
+  uint64_t keep = lct__span(new_bytes), had = lct__span(old_bytes), off = lct__offset(g, blob), to;
   *out = blob;
-  if (keep < had)
-    lct__cuda_give(g, lct__offset(g, blob) + keep, had - keep);
+  if (keep >= had)
+    return 0;
+  if (lct__moved_room(g) != 0) {
+    lct__cuda_give(g, off + keep, had - keep);
+    return 0;
+  }
+  int rc = lct__granules_shrink(&g->pool, off, had, keep, &to);
+  if (to == off) {
+    lct__cuda_gave(rc, had - keep);
+    return 0;
+  }
+  cudaError_t e = cudaSetDevice(g->device);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync((void *)(uintptr_t)(g->va + to), blob, new_bytes, cudaMemcpyDeviceToDevice, g->moves);
+  if (e != cudaSuccess) {
+    lct__cuda_fail(e, "cudaMemcpyAsync(a blob moved)");
+    lct__cuda_give(g, to, keep);
+    lct__cuda_give(g, off + keep, had - keep);
+    return 0;
+  }
+  g->moved[g->n_moved++] = (lct__range){off, had};
+  *out = (void *)(uintptr_t)(g->va + to);
   return 0;
+}
+
+static void lct__cuda_settle(void *ctx) {
+  lct__cuda *g = ctx;
+  if (g->n_moved == 0)
+    return;
+  cudaError_t e = cudaStreamSynchronize(g->moves);
+  if (e != cudaSuccess)
+    lct__cuda_fail(e, "cudaStreamSynchronize(blobs moved)");
+  for (size_t i = 0; i < g->n_moved; i++)
+    lct__cuda_give(g, g->moved[i].off, g->moved[i].len);
+  g->n_moved = 0;
 }
 
 static void lct__cuda_release(void *ctx, void *blob, size_t bytes) {
@@ -757,6 +811,11 @@ static void lct__cuda_destroy(void *ctx) {
   }
   lct__batch_close(g->batch);
   lct__gets_close(g->gets);
+  if (g->moves != NULL) {
+    cudaStreamSynchronize(g->moves);
+    cudaStreamDestroy(g->moves);
+  }
+  free(g->moved);
   if (lct__granules_destroy(&g->pool) != 0)
     lct__log_error("cuda: unmapping the pool at close failed");
   if (g->va != 0 && g->cu.address_free(g->va, g->va_bytes) != CUDA_SUCCESS)
@@ -796,6 +855,7 @@ static const lct__backend_ops lct__cuda_ops = {
     .shrink = lct__cuda_shrink,
     .release = lct__cuda_release,
     .held = lct__cuda_held,
+    .settle = lct__cuda_settle,
     .encode = lct__cuda_encode,
     .decode = lct__cuda_decode,
     .destroy = lct__cuda_destroy,
@@ -855,6 +915,7 @@ static int lct__cuda_pool_open(lct__cuda *g, uint64_t memory, uint64_t slack, si
                    total_b);
     return LCT_ENOMEM;
   }
+  LCT__CUDA_LOGGED(cudaStreamCreateWithFlags(&g->moves, cudaStreamNonBlocking));
   g->va_bytes = (g->capacity + gran - 1) / gran * gran;
   if ((r = g->cu.address_reserve(&g->va, g->va_bytes, gran, 0, 0)) != CUDA_SUCCESS) {
     g->va = 0;

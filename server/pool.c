@@ -48,6 +48,11 @@ size_t lct__pool_shrink(lct__pool *pool, void **blob, size_t old_bytes, size_t n
   return new_bytes;
 }
 
+void lct__pool_settle(lct__pool *pool) {
+  if (pool->backend.ops->settle != NULL)
+    pool->backend.ops->settle(pool->backend.ctx);
+}
+
 void lct__pool_free(lct__pool *pool, void *blob, size_t bytes) {
   assert(bytes <= pool->used);
   pool->backend.ops->release(pool->backend.ctx, blob, bytes);

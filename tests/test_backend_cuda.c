@@ -68,6 +68,24 @@ Test(backend_cuda, granules_follow_blobs) {
   cr_assert_eq(be.ops->held(be.ctx), 2 * G);
   device_fill_check(c, 2 * G, 0xa5);
   be.ops->release(be.ctx, c, 2 * G);
+  /* A blob whose tail would be a hole before another moves past it. */
+  void *x, *y, *x2;
+  cr_assert_eq(be.ops->alloc(be.ctx, G, &x), 0);
+  cr_assert_eq(be.ops->alloc(be.ctx, G, &y), 0);
+  cr_assert_eq((uint8_t *)y, (uint8_t *)x + G);
+  device_fill_check(x, G / 4, 0x42);
+  cr_assert_eq(be.ops->shrink(be.ctx, x, G, G / 4, &x2), 0);
+  cr_assert_eq((uint8_t *)x2, (uint8_t *)y + G, "moved to the free bytes after y");
+  be.ops->settle(be.ctx);
+  uint8_t *host = malloc(G / 4);
+  cr_assert_eq(cudaMemcpy(host, x2, G / 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < G / 4; i++)
+    if (host[i] != 0x42) cr_assert_fail("byte %zu of the moved blob is %d", i, host[i]);
+  free(host);
+  cr_assert_eq(be.ops->held(be.ctx), 2 * G, "x's granule went back at the settle; y's and x2's held");
+  be.ops->release(be.ctx, x2, G / 4);
+  be.ops->release(be.ctx, y, G);
+  cr_assert_eq(be.ops->held(be.ctx), 0);
   /* The whole ceiling, and nothing past it. */
   cr_assert_eq(be.ops->alloc(be.ctx, 64 << 20, &d), 0);
   cr_assert_eq(be.ops->held(be.ctx), 64 << 20);

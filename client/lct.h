@@ -246,7 +246,8 @@ LCT_API void lct_list_free(lct_list_page *page);
  * (which says what each counts), in its order: tensors, raw_bytes,
  * stored_bytes, pool_capacity, pool_used, ..., device_puts, device_gets
  * (tensors served device to device), device_fallbacks (device calls the
- * server sent to the host path). */
+ * server sent to the host path), pool_held (memory the server's pool holds:
+ * on a cuda server the device memory it has mapped). */
 typedef struct lct_server_stats {
 #define LCT__STATS_MEMBER(name, what) uint64_t name;
   LCT_STATS_FIELDS(LCT__STATS_MEMBER)

@@ -20,6 +20,7 @@
   X(puts_expired, "chunked puts dropped by put-timeout")                                      \
   X(device_puts, "tensors stored device to device")                                           \
   X(device_gets, "tensors read device to device")                                             \
-  X(device_fallbacks, "device calls sent to the host path (LCT_ENOIPC)")
+  X(device_fallbacks, "device calls sent to the host path (LCT_ENOIPC)")                     \
+  X(pool_held, "memory the pool holds: cuda, device memory mapped; cpu, pool_used")
 
 #endif

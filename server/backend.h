@@ -27,22 +27,32 @@ typedef struct lct__batch_seg {
                                  are added to (consecutive segments of one tensor share them), or NULL */
 } lct__batch_seg;
 
-/* A backend owns blob memory (host memory for cpu, a device region reserved
- * once at start for cuda) and runs the codec between caller host buffers and
- * that memory. alloc/shrink/release run on the loop thread only; the codec
+/* A backend owns blob memory (host memory for cpu; for cuda an address range
+ * reserved at start, with device memory mapped in granules as blobs need it
+ * and unmapped as they go: granules.h) and runs the codec between caller
+ * host buffers and that memory. alloc/shrink/release/held run on the loop
+ * thread only, and a release or shrink may unmap at once: every codec call
+ * has finished with the blobs it was handed when it returns. The codec
  * runs on lctd's codec workers (workers.h), several at once: each call names
  * its worker (0..workers-1, as the backend was opened for), whose state it
  * may use without a lock. Capacity accounting is the pool's (server/pool.c),
  * not the backend's. */
 typedef struct lct__backend_ops {
   const char *name;
-  /* Blob memory of at least bytes; LCT_ENOMEM (or LCT_ENOSPC when a fixed
-   * region is fragmented) on failure. */
+  /* Blob memory of at least bytes; LCT_ENOMEM (host memory, or the device's
+   * when it has none left to map) or LCT_ENOSPC (the range is fragmented)
+   * on failure. */
   int (*alloc)(void *ctx, size_t bytes, void **out);
-  /* Gives back the tail of a blob after encoding; may move it (*out). On
-   * failure the blob stays valid at its old size. */
+  /* Gives back the tail of a blob after encoding; may move it (*out), its
+   * bytes there once settle returns, which the caller runs before anything
+   * reads the blob. On failure the blob stays valid at its old size. */
   int (*shrink)(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out);
+  /* Waits for the moves of the shrinks before it; NULL where shrinks never move (cpu). */
+  void (*settle)(void *ctx);
   void (*release)(void *ctx, void *blob, size_t bytes);
+  /* Bytes of memory blob memory holds now (cuda: the mapped granules, blobs
+   * plus bounded slack); NULL where that is what is allocated (cpu). */
+  uint64_t (*held)(void *ctx);
   /* Encodes n elements from host memory src into blob memory dst (cap bytes,
    * at least lct_encode_bound). cb is NULL for the raw dtype. Fills
    * stats->blob_bytes and stats->code_bits, what drift detection compares
@@ -100,12 +110,14 @@ int lct__backend_cpu_open(uint64_t memory, lct__backend *out);
 #ifdef LCT_HAVE_CUDA
 /* Whether a CUDA device is usable (for --backend auto). */
 int lct__backend_cuda_present(void);
-/* GPU memory of one device, reserved once (memory bytes; 0: 90% of what is
- * free after the workers' buffers) and sub-allocated; the GPU codec
+/* GPU memory of one device, up to memory bytes (0: 90% of what is free after
+ * the workers' buffers; at most the device's total): an address range
+ * reserved once, device memory mapped in granules as blobs need it, and
+ * empty granules beyond slack bytes unmapped (granules.h); the GPU codec
  * (kernels/lct_cuda.h). Each of the workers codec workers gets a stream and
  * device buffers for segments of up to segment_max raw bytes. LCT_ENODEV,
  * LCT_ENOMEM or LCT_ECUDA on failure. */
-int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t segment_max,
+int lct__backend_cuda_open(int device, uint64_t memory, uint64_t slack, int workers, uint64_t segment_max,
                            lct__backend *out);
 #endif
 

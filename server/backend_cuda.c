@@ -1,6 +1,8 @@
-/* backend_cuda.c — the cuda backend: one GPU memory region reserved at start and sub-allocated, the GPU codec per worker stream, client buffers mapped by CUDA IPC. */
+/* backend_cuda.c — the cuda backend: device memory mapped in granules as blobs need it (granules.h), the GPU codec per worker stream, client buffers mapped by CUDA IPC. */
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -8,10 +10,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "granules.h"
 #include "lct_cuda.h"
 #include "lct_wire.h"
 #include "log.h"
-#include "ranges.h"
 
 #define LCT__CUDA_ALIGN 256 /* blob offsets: the GPU codec needs 8, 256 keeps them cache-line clean */
 #define LCT__CUDA_SYMS (LCT_MAX_SYMS - 1) /* histogram counters: 2^s for the widest dtype */
@@ -82,19 +84,52 @@ typedef struct lct__ipc_map {
   uint64_t used; /* tick of the last map, for eviction */
 } lct__ipc_map;
 
-/* cuMemGetAddressRange, found through the runtime (cudaGetDriverEntryPointByVersion)
- * so that lctd does not link libcuda and still starts where no driver is. */
-typedef CUresult (*lct__cu_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+/* The driver calls lctd makes, found through the runtime
+ * (cudaGetDriverEntryPointByVersion) so that lctd does not link libcuda and
+ * still starts where no driver is: sizing a client's allocation, and the
+ * virtual memory management under the pool. */
+typedef struct lct__cu {
+  PFN_cuMemGetAddressRange_v3020 mem_range;
+  PFN_cuMemAddressReserve_v10020 address_reserve;
+  PFN_cuMemAddressFree_v10020 address_free;
+  PFN_cuMemGetAllocationGranularity_v10020 granularity;
+  PFN_cuMemCreate_v10020 create;
+  PFN_cuMemRelease_v10020 release;
+  PFN_cuMemMap_v10020 map;
+  PFN_cuMemSetAccess_v10020 set_access;
+  PFN_cuMemUnmap_v10020 unmap;
+} lct__cu;
+
+static const struct {
+  const char *name;
+  size_t offset;
+} lct__cu_names[] = {
+    {"cuMemGetAddressRange", offsetof(lct__cu, mem_range)},
+    {"cuMemAddressReserve", offsetof(lct__cu, address_reserve)},
+    {"cuMemAddressFree", offsetof(lct__cu, address_free)},
+    {"cuMemGetAllocationGranularity", offsetof(lct__cu, granularity)},
+    {"cuMemCreate", offsetof(lct__cu, create)},
+    {"cuMemRelease", offsetof(lct__cu, release)},
+    {"cuMemMap", offsetof(lct__cu, map)},
+    {"cuMemSetAccess", offsetof(lct__cu, set_access)},
+    {"cuMemUnmap", offsetof(lct__cu, unmap)},
+};
 
 typedef struct lct__cuda {
   int device;
-  lct__cu_range_fn mem_range;
+  lct__cu cu;
   lct__ipc_map ipc[LCT__IPC_CACHE]; /* loop thread only */
   uint64_t ipc_tick;
-  uint8_t *base;      /* the region: cudaMalloc'd once */
+  CUdeviceptr va;     /* the pool's address range, reserved once: capacity rounded up to granules */
+  uint64_t va_bytes;
+  CUmemAllocationProp prop;  /* a granule: pinned memory of the device */
+  CUmemAccessDesc access;    /* read and write by the device */
+  lct__granules pool;        /* placement and mapping over va (loop thread) */
+  cudaStream_t moves;        /* copies of blobs a shrink moved */
+  lct__range *moved;         /* the ranges they left, given back at the settle */
+  size_t n_moved, cap_moved;
   uint64_t capacity;
   uint64_t segment_max;
-  lct__ranges free; /* the region's free ranges, by offset from base */
   lct__cuda_batch *batch;
   lct__cuda_gets *gets;
   int n_workers;
@@ -170,37 +205,157 @@ int lct__backend_cuda_present(void) {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-/* ---- sub-allocation of the region (loop thread only) ---------------------- */
+/* ---- the pool's memory (loop thread only) ----------------------------------- */
 
-/* The region bytes a blob of v bytes takes: aligned, and one unit for an empty one. */
+/* A failed driver call, logged as lct__cuda_fail does: the runtime's error
+ * codes are the driver's for every error that function tells apart. */
+static int lct__cu_fail(CUresult r, const char *what) { return lct__cuda_fail((cudaError_t)r, what); }
+
+/* granules.h's mapper: maps granules [first, first + count) of the range,
+ * each a physical allocation of its own so that each can be unmapped alone;
+ * the mapping keeps the memory, so the handle is released at once. */
+static int lct__cuda_map(void *ctx, uint64_t first, uint64_t count) {
+  lct__cuda *g = ctx;
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
+  const size_t gran = (size_t)g->pool.granule;
+  const CUdeviceptr at = g->va + first * gran;
+  CUresult r = CUDA_SUCCESS;
+  const char *what = NULL;
+  uint64_t mapped = 0;
+  for (; mapped < count; mapped++) {
+    CUmemGenericAllocationHandle h;
+    if ((r = g->cu.create(&h, gran, &g->prop, 0)) != CUDA_SUCCESS) {
+      what = "cuMemCreate";
+      break;
+    }
+    r = g->cu.map(at + mapped * gran, gran, 0, h, 0);
+    CUresult released = g->cu.release(h);
+    if (r != CUDA_SUCCESS) {
+      what = "cuMemMap";
+      break;
+    }
+    if (released != CUDA_SUCCESS) {
+      r = released;
+      what = "cuMemRelease";
+      mapped++;
+      break;
+    }
+  }
+  if (r == CUDA_SUCCESS && (r = g->cu.set_access(at, count * gran, &g->access, 1)) != CUDA_SUCCESS)
+    what = "cuMemSetAccess";
+  if (r == CUDA_SUCCESS)
+    return 0;
+  for (uint64_t i = 0; i < mapped; i++) {
+    CUresult u = g->cu.unmap(at + i * gran, gran);
+    if (u != CUDA_SUCCESS)
+      lct__cu_fail(u, "cuMemUnmap(after a failed map)");
+  }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    lct__log_warn("cuda: device %d has no memory for %llu more MiB (the pool holds %llu MiB)", g->device,
+                  (unsigned long long)(count * gran >> 20), (unsigned long long)(lct__granules_held(&g->pool) >> 20));
+    return LCT_ENOMEM;
+  }
+  return lct__cu_fail(r, what);
+}
+
+static int lct__cuda_unmap(void *ctx, uint64_t granule) {
+  lct__cuda *g = ctx;
+  LCT__CUDA_LOGGED(cudaSetDevice(g->device));
+  CUresult r = g->cu.unmap(g->va + granule * g->pool.granule, (size_t)g->pool.granule);
+  return r == CUDA_SUCCESS ? 0 : lct__cu_fail(r, "cuMemUnmap");
+}
+
+/* The range bytes a blob of v bytes takes: aligned, and one unit for an empty one. */
 static uint64_t lct__span(uint64_t v) {
   return v == 0 ? LCT__CUDA_ALIGN : (v + LCT__CUDA_ALIGN - 1) / LCT__CUDA_ALIGN * LCT__CUDA_ALIGN;
 }
 
+static uint64_t lct__offset(const lct__cuda *g, const void *blob) { return (uint64_t)(uintptr_t)blob - g->va; }
+
 static int lct__cuda_alloc(void *ctx, size_t bytes, void **out) {
   lct__cuda *g = ctx;
   uint64_t off;
-  int rc = lct__ranges_take(&g->free, lct__span(bytes), &off);
+  int rc = lct__granules_take(&g->pool, lct__span(bytes), &off);
   if (rc != 0)
-    return rc; /* LCT_ENOSPC: the pool's accounting had room, the region is fragmented */
-  *out = g->base + off;
+    return rc; /* LCT_ENOSPC: the pool's accounting had room, the range is fragmented; LCT_ENOMEM: the device is full */
+  *out = (void *)(uintptr_t)(g->va + off);
   return 0;
 }
 
+/* A give of len bytes that failed leaves them, or a granule, held (an
+ * unmap's failure is logged where it happens): nothing else to do. */
+static void lct__cuda_gave(int rc, uint64_t len) {
+  if (rc == LCT_ENOMEM)
+    lct__log_error("cuda: out of host memory tracking a free range; %llu pool bytes are not placed again",
+                   (unsigned long long)len);
+}
+
+static void lct__cuda_give(lct__cuda *g, uint64_t off, uint64_t len) {
+  lct__cuda_gave(lct__granules_give(&g->pool, off, len), len);
+}
+
+/* Room for one more moved range; 0 or LCT_ENOMEM. */
+static int lct__moved_room(lct__cuda *g) {
+  if (g->n_moved < g->cap_moved)
+    return 0;
+  size_t cap = g->cap_moved ? 2 * g->cap_moved : 256;
+  lct__range *grown = realloc(g->moved, cap * sizeof *grown);
+  if (grown == NULL)
+    return LCT_ENOMEM;
+  g->moved = grown;
+  g->cap_moved = cap;
+  return 0;
+}
+
+/* In place, or moved where granules.h packs it better: the copy is queued on
+ * the moves stream and the range it leaves is given back at the settle. */
 static int lct__cuda_shrink(void *ctx, void *blob, size_t old_bytes, size_t new_bytes, void **out) {
   lct__cuda *g = ctx;
-  uint64_t keep = lct__span(new_bytes), had = lct__span(old_bytes);
+  uint64_t keep = lct__span(new_bytes), had = lct__span(old_bytes), off = lct__offset(g, blob), to;
   *out = blob;
   if (keep >= had)
     return 0;
-  return lct__ranges_give(&g->free, (uint64_t)((uint8_t *)blob - g->base) + keep, had - keep);
+  if (lct__moved_room(g) != 0) {
+    lct__cuda_give(g, off + keep, had - keep);
+    return 0;
+  }
+  int rc = lct__granules_shrink(&g->pool, off, had, keep, &to);
+  if (to == off) {
+    lct__cuda_gave(rc, had - keep);
+    return 0;
+  }
+  cudaError_t e = cudaSetDevice(g->device);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync((void *)(uintptr_t)(g->va + to), blob, new_bytes, cudaMemcpyDeviceToDevice, g->moves);
+  if (e != cudaSuccess) {
+    lct__cuda_fail(e, "cudaMemcpyAsync(a blob moved)");
+    lct__cuda_give(g, to, keep);
+    lct__cuda_give(g, off + keep, had - keep);
+    return 0;
+  }
+  g->moved[g->n_moved++] = (lct__range){off, had};
+  *out = (void *)(uintptr_t)(g->va + to);
+  return 0;
+}
+
+static void lct__cuda_settle(void *ctx) {
+  lct__cuda *g = ctx;
+  if (g->n_moved == 0)
+    return;
+  cudaError_t e = cudaStreamSynchronize(g->moves);
+  if (e != cudaSuccess)
+    lct__cuda_fail(e, "cudaStreamSynchronize(blobs moved)");
+  for (size_t i = 0; i < g->n_moved; i++)
+    lct__cuda_give(g, g->moved[i].off, g->moved[i].len);
+  g->n_moved = 0;
 }
 
 static void lct__cuda_release(void *ctx, void *blob, size_t bytes) {
   lct__cuda *g = ctx;
-  if (lct__ranges_give(&g->free, (uint64_t)((uint8_t *)blob - g->base), lct__span(bytes)) != 0)
-    lct__log_error("cuda: out of host memory tracking a free range; %zu device bytes lost", bytes);
+  lct__cuda_give(g, lct__offset(g, blob), lct__span(bytes));
 }
+
+static uint64_t lct__cuda_held(void *ctx) { return lct__granules_held(&((lct__cuda *)ctx)->pool); }
 
 /* ---- codec on worker threads ------------------------------------------------ */
 
@@ -223,12 +378,24 @@ static int lct__cuda_worker_for(lct__cuda *g, int index, int dtype, uint64_t n, 
   return n * lct_dtype_size(dtype) > g->segment_max ? LCT_E2BIG : 0;
 }
 
-static int lct__cuda_encode(void *ctx, int worker, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
-                            void *dst, size_t cap, lct_encode_stats *stats) {
-  lct__cuda_worker *w;
-  int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
-  if (rc != 0)
-    return rc;
+/* The end of a codec call on stream: after a failure it waits for what the
+ * call queued, so that no kernel still reads or writes blobs and client
+ * buffers the caller releases next (a release may unmap a granule), and
+ * notes a lost device. */
+static int lct__queue_end(cudaStream_t stream, int rc) {
+  if (rc != 0) {
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (lct__cuda_sticky(e))
+      lct__cuda_fail(e, "cudaStreamSynchronize(after a failed call)");
+    else if (e != cudaSuccess)
+      cudaGetLastError(); /* the failure is already reported by rc */
+  }
+  return rc;
+}
+
+static int lct__worker_encode(lct__cuda_worker *w, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+                              void *dst, size_t cap, lct_encode_stats *stats) {
+  int rc;
   if (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0)
     return lct__cuda_kernel_rc(rc, w->stream);
   LCT__CUDA_LOGGED(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
@@ -244,17 +411,27 @@ static int lct__cuda_encode(void *ctx, int worker, int dtype, const lct_codebook
   return stats->blob_bytes <= cap ? 0 : LCT_ECUDA;
 }
 
-static int lct__cuda_decode(void *ctx, int worker, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
+static int lct__cuda_encode(void *ctx, int worker, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
+                            void *dst, size_t cap, lct_encode_stats *stats) {
   lct__cuda_worker *w;
   int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
-  if (rc != 0)
-    return rc;
+  return rc != 0 ? rc : lct__queue_end(w->stream, lct__worker_encode(w, dtype, cb, src, n, dst, cap, stats));
+}
+
+static int lct__worker_decode(lct__cuda_worker *w, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
+  int rc;
   int *status = (int *)&w->pinned[1];
   if ((rc = lct_cuda_decode(dtype, n, blob, len, w->raw, status, w->work, w->work_bytes, w->stream)) != 0)
     return lct__cuda_kernel_rc(rc, w->stream);
   LCT__CUDA_LOGGED(cudaMemcpyAsync(dst, w->raw, n * lct_dtype_size(dtype), cudaMemcpyDeviceToHost, w->stream));
   LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
   return *status;
+}
+
+static int lct__cuda_decode(void *ctx, int worker, int dtype, uint64_t n, const void *blob, size_t len, void *dst) {
+  lct__cuda_worker *w;
+  int rc = lct__cuda_worker_for(ctx, worker, dtype, n, &w);
+  return rc != 0 ? rc : lct__queue_end(w->stream, lct__worker_decode(w, dtype, n, blob, len, dst));
 }
 
 /* ---- device batches ------------------------------------------------------------ */
@@ -435,17 +612,9 @@ static int lct__batch_decode(lct__cuda_gets *d, lct__batch_seg *segs, size_t n) 
   return rc;
 }
 
-/* The end of a pass that held lock: after a failure it waits for what the
- * pass queued on stream, so that no kernel still reads or writes blobs and
- * client buffers the caller releases next, and notes a lost device. */
+/* The end of a pass that held lock (lct__queue_end, then the unlock). */
 static int lct__pass_end(pthread_mutex_t *lock, cudaStream_t stream, int rc) {
-  if (rc != 0) {
-    cudaError_t e = cudaStreamSynchronize(stream);
-    if (lct__cuda_sticky(e))
-      lct__cuda_fail(e, "cudaStreamSynchronize(after a failed pass)");
-    else if (e != cudaSuccess)
-      cudaGetLastError(); /* the failure is already reported by rc */
-  }
+  rc = lct__queue_end(stream, rc);
   pthread_mutex_unlock(lock);
   return rc;
 }
@@ -593,7 +762,7 @@ static int lct__cuda_ipc_map(void *ctx, const uint8_t *handle, uint8_t **base, u
   }
   CUdeviceptr start;
   size_t len;
-  CUresult cr = g->mem_range(&start, &len, (CUdeviceptr)(uintptr_t)p);
+  CUresult cr = g->cu.mem_range(&start, &len, (CUdeviceptr)(uintptr_t)p);
   if (cr != CUDA_SUCCESS || start != (CUdeviceptr)(uintptr_t)p) {
     lct__log_error("cuda: cannot size a client's mapped allocation (driver error %d)", (int)cr);
     LCT__CUDA_LOGGED(cudaIpcCloseMemHandle(p));
@@ -642,8 +811,15 @@ static void lct__cuda_destroy(void *ctx) {
   }
   lct__batch_close(g->batch);
   lct__gets_close(g->gets);
-  cudaFree(g->base);
-  lct__ranges_free(&g->free);
+  if (g->moves != NULL) {
+    cudaStreamSynchronize(g->moves);
+    cudaStreamDestroy(g->moves);
+  }
+  free(g->moved);
+  if (lct__granules_destroy(&g->pool) != 0)
+    lct__log_error("cuda: unmapping the pool at close failed");
+  if (g->va != 0 && g->cu.address_free(g->va, g->va_bytes) != CUDA_SUCCESS)
+    lct__log_error("cuda: freeing the pool's address range failed");
   free(g);
 }
 
@@ -658,6 +834,9 @@ static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
   lct__cuda *g = ctx;
   LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   LCT__CUDA_LOGGED(cudaMemcpy(blob, src, len, cudaMemcpyHostToDevice));
+  /* From pageable memory the copy may return before its last DMA lands; a
+   * release right after (a restore that fails) could unmap under it. */
+  LCT__CUDA_LOGGED(cudaDeviceSynchronize());
   return 0;
 }
 
@@ -675,6 +854,8 @@ static const lct__backend_ops lct__cuda_ops = {
     .alloc = lct__cuda_alloc,
     .shrink = lct__cuda_shrink,
     .release = lct__cuda_release,
+    .held = lct__cuda_held,
+    .settle = lct__cuda_settle,
     .encode = lct__cuda_encode,
     .decode = lct__cuda_decode,
     .destroy = lct__cuda_destroy,
@@ -702,7 +883,49 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   return lct__device_codebook_new(&w->dcb);
 }
 
-int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t segment_max,
+/* Finds the driver calls lct__cu names. */
+static int lct__cu_open(lct__cu *cu) {
+  for (size_t i = 0; i < sizeof lct__cu_names / sizeof lct__cu_names[0]; i++) {
+    enum cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion(lct__cu_names[i].name, (void **)((char *)cu + lct__cu_names[i].offset),
+                                         12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      lct__log_error("cuda: the driver has no %s", lct__cu_names[i].name);
+      return LCT_ECUDA;
+    }
+  }
+  return 0;
+}
+
+/* Reserves the pool's address range for capacity bytes (0: 90% of free_b),
+ * at most the device's total_b; nothing is mapped until blobs need it. */
+static int lct__cuda_pool_open(lct__cuda *g, uint64_t memory, uint64_t slack, size_t free_b, size_t total_b) {
+  g->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  g->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  g->prop.location.id = g->device;
+  g->access.location = g->prop.location;
+  g->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  size_t gran;
+  CUresult r = g->cu.granularity(&gran, &g->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS)
+    return lct__cu_fail(r, "cuMemGetAllocationGranularity");
+  g->capacity = memory != 0 ? memory : (uint64_t)((double)free_b * 0.9) / gran * gran;
+  if (g->capacity == 0 || g->capacity > total_b) {
+    lct__log_error("cuda: memory %llu bytes asked, device %d has %zu", (unsigned long long)g->capacity, g->device,
+                   total_b);
+    return LCT_ENOMEM;
+  }
+  LCT__CUDA_LOGGED(cudaStreamCreateWithFlags(&g->moves, cudaStreamNonBlocking));
+  g->va_bytes = (g->capacity + gran - 1) / gran * gran;
+  if ((r = g->cu.address_reserve(&g->va, g->va_bytes, gran, 0, 0)) != CUDA_SUCCESS) {
+    g->va = 0;
+    return lct__cu_fail(r, "cuMemAddressReserve");
+  }
+  lct__mapper m = {lct__cuda_map, lct__cuda_unmap, g};
+  return lct__granules_init(&g->pool, g->va_bytes, gran, slack, &m);
+}
+
+int lct__backend_cuda_open(int device, uint64_t memory, uint64_t slack, int workers, uint64_t segment_max,
                            lct__backend *out) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
@@ -716,14 +939,7 @@ int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t se
   g->device = device;
   g->segment_max = segment_max;
   g->n_workers = workers;
-  int rc = 0;
-  enum cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&g->mem_range, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    lct__log_error("cuda: the driver has no cuMemGetAddressRange");
-    rc = LCT_ECUDA;
-  }
+  int rc = lct__cu_open(&g->cu);
   for (int i = 0; i < workers && rc == 0; i++)
     rc = lct__cuda_worker_open(&g->workers[i], segment_max);
   if (rc == 0)
@@ -733,18 +949,8 @@ int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t se
   size_t free_b = 0, total_b = 0;
   if (rc == 0 && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
     rc = LCT_ECUDA;
-  if (rc == 0) {
-    g->capacity = memory != 0 ? memory : (uint64_t)((double)free_b * 0.9) / LCT__CUDA_ALIGN * LCT__CUDA_ALIGN;
-    if (g->capacity > free_b) {
-      lct__log_error("cuda: memory %llu bytes asked, %zu free on device %d", (unsigned long long)g->capacity,
-                     free_b, device);
-      rc = LCT_ENOMEM;
-    } else if (cudaMalloc((void **)&g->base, g->capacity) != cudaSuccess) {
-      rc = LCT_ENOMEM;
-    } else {
-      rc = lct__ranges_give(&g->free, 0, g->capacity);
-    }
-  }
+  if (rc == 0)
+    rc = lct__cuda_pool_open(g, memory, slack, free_b, total_b);
   if (rc != 0) {
     lct__cuda_destroy(g);
     return rc;
@@ -755,8 +961,10 @@ int lct__backend_cuda_open(int device, uint64_t memory, int workers, uint64_t se
     return LCT_ECUDA;
   }
   memcpy(out->gpu_uuid, prop.uuid.bytes, sizeof out->gpu_uuid);
-  lct__log_info("cuda: device %d, %s, %zu MiB, %zu MiB free before the pool", device, prop.name,
-                  total_b >> 20, free_b >> 20);
+  lct__log_info("cuda: device %d, %s, %zu MiB, %zu MiB free; the pool maps up to %llu MiB in granules of %llu KiB "
+                "as blobs need them, and keeps up to %llu MiB of empty ones",
+                device, prop.name, total_b >> 20, free_b >> 20, (unsigned long long)(g->capacity >> 20),
+                (unsigned long long)(g->pool.granule >> 10), (unsigned long long)(g->pool.keep * g->pool.granule >> 20));
   out->ops = &lct__cuda_ops;
   out->ctx = g;
   out->capacity = g->capacity;

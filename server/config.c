@@ -54,7 +54,11 @@ static const lct__cfg_def lct__cfg_table[] = {
     {"backend", LCT__CFG_ENUM, LCT__OFF(backend), 0, 0, "auto", lct__backends, 0, NULL,
      "where tensors live: auto (cuda when a GPU is usable, else cpu), cpu, cuda"},
     {"memory", LCT__CFG_SIZE, LCT__OFF(memory), 0, UINT64_C(1) << 50, "0", NULL, 0, NULL,
-     "pool capacity (512M, 40G); 0: half the host memory (cpu) or 90% of free GPU memory (cuda)"},
+     "pool capacity (512M, 40G), for cuda the most device memory it maps as blobs need it; 0: half the host memory "
+     "(cpu) or 90% of free GPU memory (cuda)"},
+    {"memory_slack", LCT__CFG_SIZE, LCT__OFF(memory_slack), 0, UINT64_C(1) << 50, "256M", NULL, 0, NULL,
+     "cuda: device memory the pool keeps mapped beyond its blobs, in whole granules (2M on current GPUs), for the "
+     "next puts; the pool maps device memory as blobs need it, up to memory, and unmaps what is freed beyond this"},
     {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, 0, NULL, "CUDA device ordinal"},
     {"frame_size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL, 0,
      NULL, "largest payload of one message; larger tensors travel in several"},

@@ -17,6 +17,7 @@ typedef struct lct__config {
   int n_listen;
   int backend;                   /* LCT__BACKEND_* */
   uint64_t memory;               /* pool capacity in bytes; 0: automatic */
+  uint64_t memory_slack;         /* cuda: device bytes of empty granules the pool keeps mapped */
   int device;                    /* CUDA device ordinal */
   uint64_t frame_size;           /* payload bytes per frame */
   uint64_t segment_size;         /* raw bytes per independently coded segment */

@@ -104,6 +104,7 @@ void lct__entry_publish(lct__server *srv, lct__entry *e) {
     sg->alloc_bytes = lct__pool_shrink(srv->pool, &sg->blob, sg->alloc_bytes, sg->blob_bytes);
     e->stored_bytes += sg->blob_bytes;
   }
+  lct__pool_settle(srv->pool);
   srv->stats.encoded_bytes += e->raw_bytes;
   lct__store_install(srv->store, e);
 }

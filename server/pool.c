@@ -48,6 +48,11 @@ size_t lct__pool_shrink(lct__pool *pool, void **blob, size_t old_bytes, size_t n
   return new_bytes;
 }
 
+void lct__pool_settle(lct__pool *pool) {
+  if (pool->backend.ops->settle != NULL)
+    pool->backend.ops->settle(pool->backend.ctx);
+}
+
 void lct__pool_free(lct__pool *pool, void *blob, size_t bytes) {
   assert(bytes <= pool->used);
   pool->backend.ops->release(pool->backend.ctx, blob, bytes);
@@ -56,6 +61,9 @@ void lct__pool_free(lct__pool *pool, void *blob, size_t bytes) {
 
 uint64_t lct__pool_capacity(const lct__pool *pool) { return pool->capacity; }
 uint64_t lct__pool_used(const lct__pool *pool) { return pool->used; }
+uint64_t lct__pool_held(const lct__pool *pool) {
+  return pool->backend.ops->held != NULL ? pool->backend.ops->held(pool->backend.ctx) : pool->used;
+}
 int lct__pool_fits(const lct__pool *pool, uint64_t bytes) {
   return bytes <= pool->capacity - pool->used;
 }

@@ -196,6 +196,10 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
               st->pool_used);
   lct__metric(&b, "pool_free_bytes", "gauge", "Pool bytes free.",
               st->pool_capacity > st->pool_used ? st->pool_capacity - st->pool_used : 0);
+  lct__metric(&b, "pool_held_bytes", "gauge",
+              "Memory the pool holds: on cuda the device memory mapped (granules holding blobs, and empty ones up to "
+              "memory_slack), on cpu its bytes in use.",
+              st->pool_held);
   lct__metric(&b, "staging_bytes", "gauge", "Host bytes held by uncommitted chunked puts.",
               st->staging_bytes);
   lct__metric(&b, "pending_puts", "gauge", "Chunked puts begun and not committed.", st->pending_puts);
@@ -250,6 +254,7 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
 char *lct__server_stats_text(lct__server *srv, size_t *len) {
   srv->stats.pool_capacity = lct__pool_capacity(srv->pool);
   srv->stats.pool_used = lct__pool_used(srv->pool);
+  srv->stats.pool_held = lct__pool_held(srv->pool);
   srv->stats.clients = lct__transport_clients(srv->transport);
   size_t tlen;
   char *text = lct__stats_render(&srv->stats, srv->backend_name, len);

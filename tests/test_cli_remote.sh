@@ -49,7 +49,7 @@ grep -q "^f32 .*\[256,128\] .*layer/g$" "$tmp/ls" || fail "ls line: $(cat "$tmp/
 # The summary: counts, ratios by dtype, the pool, requests, latency, the device path.
 "$lct" stats >"$tmp/stats" || fail "stats"
 for want in "^tensors: *3$" "^raw bytes: *[0-9.]* KiB ([0-9]* bytes)$" "^ratio: *[0-9.]* (.*bf16 [0-9.]*.*)$" \
-            "^ratio: .*f32 [0-9.]*" "^pool: *.* used of .* ([0-9.]*%)$" "^requests: *[1-9]" "^errors: *[0-9]" \
+            "^ratio: .*f32 [0-9.]*" "^pool: *.* used of .* ([0-9.]*%)$" "^held: *[0-9]" "^requests: *[1-9]" "^errors: *[0-9]" \
             "^latency: *mean .*, p50 <= .*, p99 <= " "^device: *0 puts, 0 gets, 0 fallbacks"; do
   grep -q "$want" "$tmp/stats" || fail "stats lacks '$want': $(cat "$tmp/stats")"
 done

@@ -1058,7 +1058,7 @@ Test(client, abi) {
     fields++;
   cr_assert_eq(fields * sizeof(uint64_t), sizeof(lct_server_stats));
   cr_assert_str_eq(lct_stats_field_name(0), "tensors");
-  cr_assert_str_eq(lct_stats_field_name(fields - 1), "device_fallbacks");
+  cr_assert_str_eq(lct_stats_field_name(fields - 1), "pool_held");
 }
 
 Test(client, options_of_other_sizes, .init = start_default, .fini = stop) {

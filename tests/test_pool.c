@@ -26,7 +26,9 @@ Test(pool, accounting) {
   size_t held = lct__pool_shrink(p, &a, 600 << 10, 100 << 10);
   cr_assert_eq(held, 100 << 10);
   cr_assert_eq(lct__pool_used(p), 100 << 10);
+  lct__pool_settle(p);
   cr_assert_eq(((uint8_t *)a)[(100 << 10) - 1], 0x5a, "shrink keeps the head");
+  cr_assert_eq(lct__pool_held(p), 100 << 10, "the cpu backend holds what is in use");
   cr_assert_eq(lct__pool_alloc(p, 900 << 10, &b), 0, "the tail went back to the pool");
   cr_assert(lct__pool_fits(p, (1 << 20) - (1000 << 10)));
   cr_assert_not(lct__pool_fits(p, (1 << 20) - (1000 << 10) + 1));

@@ -1,4 +1,4 @@
-/* test_ranges.c — the free-range sub-allocator of the cuda backend: next fit, coalescing, exhaustion, and a random model check. */
+/* test_ranges.c — the free ranges under the cuda pool: best fit, coalescing, exhaustion, and a random model check. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,6 @@ static void check_invariants(const lct__ranges *f, uint64_t free_bytes) {
     sum += f->r[i].len;
   }
   cr_assert_eq(sum, free_bytes);
-  cr_assert(f->n == 0 || f->rover < f->n);
 }
 
 Test(ranges, take_give_and_coalesce) {
@@ -47,28 +46,33 @@ Test(ranges, take_give_and_coalesce) {
   lct__ranges_free(&f);
 }
 
-Test(ranges, next_fit_skips_small_holes) {
-  /* Blobs shrunk after encoding leave small holes behind; takes go on from
-   * the last one instead of starting over at the first hole. */
+Test(ranges, best_fit_fills_the_smallest_hole) {
+  /* Blobs shrunk after encoding leave small holes behind; a take goes to the
+   * smallest that holds it (the lowest of equals), so holes fill first. */
   lct__ranges f = {0};
   cr_assert_eq(lct__ranges_give(&f, 0, 100000), 0);
   uint64_t off[50];
   for (int i = 0; i < 50; i++) cr_assert_eq(lct__ranges_take(&f, 1000, &off[i]), 0);
-  for (int i = 0; i < 50; i++) cr_assert_eq(lct__ranges_give(&f, off[i] + 900, 100), 0); /* shrink to 900 */
+  for (int i = 0; i < 50; i++) cr_assert_eq(lct__ranges_give(&f, off[i] + 1000 - 10 * (i + 1), 10 * (i + 1)), 0); /* shrunk */
   cr_assert_eq(f.n, 50, "49 holes, and the last one joined to the tail");
   uint64_t next;
   cr_assert_eq(lct__ranges_take(&f, 1000, &next), 0);
-  cr_assert_eq(next, 49 * 1000 + 900, "from the tail, where the last take ended");
-  cr_assert_eq(lct__ranges_take(&f, 100, &next), 0);
-  cr_assert_eq(next, 50 * 1000 + 900, "small takes go on from the rover too, not from the first hole");
-  check_invariants(&f, 100000 - 50 * 900 - 1000 - 100);
+  cr_assert_eq(next, 49 * 1000 + 500, "no hole holds 1000: the tail");
+  cr_assert_eq(lct__ranges_take(&f, 95, &next), 0);
+  cr_assert_eq(next, 9 * 1000 + 900, "the hole of 100 bytes, the smallest that holds 95");
+  cr_assert_eq(lct__ranges_take(&f, 5, &next), 0);
+  cr_assert_eq(next, 9 * 1000 + 995, "its rest of 5 bytes is now the smallest");
+  cr_assert_eq(lct__ranges_take(&f, 10, &next), 0);
+  cr_assert_eq(next, 990, "the first hole, of 10 bytes");
+  check_invariants(&f, 100000 - 50 * 1000 + 10 * 50 * 51 / 2 - 1000 - 110);
   lct__ranges_free(&f);
 }
 
 Test(ranges, random_model_check) {
   /* Random takes and gives over a 4096-unit region, against a map of which
-   * units are free: no take overlaps a used unit, every give is accepted,
-   * and a take fails only when no free run is long enough. */
+   * units are free: every take lands at the start of the smallest free run
+   * that holds it, every give is accepted, and a take fails only when no free
+   * run is long enough. */
   enum { UNITS = 4096, SLOTS = 256 };
   lct__ranges f = {0};
   uint8_t used[UNITS] = {0};
@@ -83,6 +87,15 @@ Test(ranges, random_model_check) {
       int rc = lct__ranges_take(&f, want, &got);
       if (rc == 0) {
         cr_assert_leq(got + want, UNITS);
+        /* The free runs are the ranges: got starts the smallest that holds want, the lowest of equals. */
+        uint64_t best_at = UNITS, best_len = UINT64_MAX;
+        for (uint64_t u = 0; u < UNITS;) {
+          uint64_t v = u;
+          while (v < UNITS && !used[v]) v++;
+          if (v - u >= want && v - u < best_len) best_at = u, best_len = v - u;
+          u = v == u ? u + 1 : v;
+        }
+        cr_assert_eq(got, best_at, "step %d: best fit", step);
         for (uint64_t u = got; u < got + want; u++) cr_assert_eq(used[u], 0, "step %d: unit %llu taken twice", step, (unsigned long long)u);
         memset(used + got, 1, want);
         at[s] = got;

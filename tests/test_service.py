@@ -220,7 +220,7 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual((check.stdout + check.stderr).strip(), "", "promtool lint findings")
         for name in ["lct_requests_total{op=\"put\",status=\"ok\"}", "lct_tensors", "lct_raw_bytes",
                      "lct_stored_bytes", "lct_pool_capacity_bytes", "lct_pool_used_bytes",
-                     "lct_pool_free_bytes", "lct_received_bytes_total", "lct_sent_bytes_total",
+                     "lct_pool_free_bytes", "lct_pool_held_bytes", "lct_received_bytes_total", "lct_sent_bytes_total",
                      "lct_encoded_bytes_total", "lct_decoded_bytes_total", "lct_encode_seconds_total",
                      "lct_decode_seconds_total", "lct_codebook_builds_total",
                      "lct_codebook_rebuilds_total", "lct_clients",

@@ -172,6 +172,7 @@ void cli_stats_summary(FILE *out, const lct_server_stats *st, const char *promet
   fprintf(out, "pool:         %s used of %s", bytes_text(st->pool_used, 0, b1, sizeof b1),
           bytes_text(st->pool_capacity, 0, b2, sizeof b2));
   if (st->pool_capacity > 0) fprintf(out, " (%.1f%%)", 100.0 * (double)st->pool_used / (double)st->pool_capacity);
+  fprintf(out, "\nheld:         %s", bytes_text(st->pool_held, 0, b1, sizeof b1));
   fprintf(out, "\nrequests:     %" PRIu64 "\nerrors:       %" PRIu64, st->requests, st->errors);
   print_nonzero(out, &errors);
   fputc('\n', out);

@@ -117,10 +117,11 @@ class TestBasics(LctdTestCase):
         before = self.client.stats()
         self.client.put(self.key(), bytes(1000))
         after = self.client.stats()
-        for name in ("tensors", "raw_bytes", "stored_bytes", "pool_capacity", "pool_used",
+        for name in ("tensors", "raw_bytes", "stored_bytes", "pool_capacity", "pool_used", "pool_held",
                      "requests", "errors", "bytes_in", "bytes_out"):
             self.assertIn(name, after)
         self.assertEqual(after["pool_capacity"], 256 << 20)
+        self.assertEqual(after["pool_held"], after["pool_used"], "the cpu backend holds what it uses")
         self.assertGreaterEqual(after["raw_bytes"], before["raw_bytes"] + 1000)
         self.assertGreater(after["requests"], before["requests"])
 

@@ -301,8 +301,8 @@ typedef struct lct_client_set lct_client_set;
 #define LCT_ENDPOINTS_MAX 1024 /* most endpoints in a set */
 
 /* Opens a set over endpoints, a list separated by commas (blanks around each
- * ignored): NULL or "" takes $LCT_ENDPOINTS, else the one endpoint
- * lct_connect would take (opts->endpoint, $LCT_ENDPOINT, the default).
+ * ignored); NULL or "" takes the one endpoint opts->endpoint if given, else
+ * the list $LCT_ENDPOINTS, else the one endpoint $LCT_ENDPOINT, else the default.
  * Connects to none: opts (NULL: the defaults) serve each connection, its
  * endpoint field aside. LCT_EINVAL for an empty entry, a duplicate, one that
  * is not "scheme://address", more than LCT_ENDPOINTS_MAX, or options not set

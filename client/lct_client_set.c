@@ -93,9 +93,9 @@ int lct_client_set_open(const lct_options *opts, const char *endpoints, lct_clie
   }
   const char *list = endpoints;
   if (list == NULL || *list == '\0')
-    list = getenv("LCT_ENDPOINTS");
-  if (list == NULL || *list == '\0')
     list = o.endpoint;
+  if (list == NULL || *list == '\0')
+    list = getenv("LCT_ENDPOINTS");
   if (list == NULL || *list == '\0')
     list = getenv("LCT_ENDPOINT");
   if (list == NULL || *list == '\0')

@@ -1,4 +1,4 @@
-/* test_client_set.c — endpoint sets: rendezvous placement (golden, stable, balanced), list parsing, keys over several real lctd, a dead one. */
+/* test_client_set.c — endpoint sets: rendezvous placement, list parsing, keys over several lctd, a dead one. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +102,8 @@ Test(client_set, bad_lists) {
   size_t cap = (LCT_ENDPOINTS_MAX + 1) * 16;
   char *many = malloc(cap);
   size_t n = 0;
-  for (int i = 0; i <= LCT_ENDPOINTS_MAX; i++) n += (size_t)snprintf(many + n, cap - n, "%stcp://h:%d", i ? "," : "", i);
+  for (int i = 0; i <= LCT_ENDPOINTS_MAX; i++)
+    n += (size_t)snprintf(many + n, cap - n, "%stcp://h:%d", i ? "," : "", i);
   lct_client_set *s;
   cr_expect_eq(lct_client_set_open(NULL, many, &s), LCT_EINVAL, "more than LCT_ENDPOINTS_MAX accepted");
   free(many);
@@ -117,6 +118,14 @@ Test(client_set, environment) {
   lct_client_set *s = open_set(NULL);
   cr_assert_eq(lct_client_set_size(s), 2);
   cr_assert_str_eq(lct_client_set_endpoint(s, 1), "tcp://e:2");
+  lct_client_set_close(s);
+  /* An endpoint the program gives wins over the environment. */
+  lct_options o;
+  lct_options_init(&o);
+  o.endpoint = "tcp://given:1";
+  cr_assert_eq(lct_client_set_open(&o, NULL, &s), 0);
+  cr_assert_eq(lct_client_set_size(s), 1);
+  cr_assert_str_eq(lct_client_set_endpoint(s, 0), "tcp://given:1");
   lct_client_set_close(s);
   /* Without it, the one endpoint lct_connect would take. */
   unsetenv("LCT_ENDPOINTS");

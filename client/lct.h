@@ -111,15 +111,16 @@ LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tenso
 /* GPU buffers. lct_put_device and lct_get_device take a pointer into CUDA
  * device memory (cudaMalloc'd, directly or through an allocator such as
  * PyTorch's) instead of host memory. When lctd runs on the same host with the
- * cuda backend on the same GPU, the tensor moves device to device and no byte
+ * cuda backend on the buffer's GPU, or on another that reaches it by peer
+ * access (NVLink or PCIe), the tensor moves device to device and no byte
  * passes through the socket or host memory: liblct sends the CUDA IPC handle
  * of the allocation the buffer lies in (exported once per allocation and
  * cached), and lctd, which keeps the mapping open in a bounded cache, encodes
  * straight from the buffer and decodes straight into it. Otherwise (a
- * cpu-backend or remote lctd, another GPU, memory that cannot be shared by
- * IPC such as cudaMallocAsync pools, an older server) the call falls back to
- * the host path by itself: a copy to host memory and lct_put, or lct_get and a
- * copy back. lctd counts the calls it served (lct_device_ops_total) and those
+ * cpu-backend or remote lctd, a GPU without peer access to the buffer's,
+ * memory that cannot be shared by IPC such as cudaMallocAsync pools, an older
+ * server) the call falls back to the host path by itself: a copy to host
+ * memory and lct_put, or lct_get and a copy back. lctd counts the calls it served (lct_device_ops_total) and those
  * it sent to the host path, by reason (lct_device_fallbacks_total).
  *
  * Synchronization: both calls first synchronize the GPU holding the buffer

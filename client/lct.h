@@ -111,15 +111,16 @@ LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tenso
 /* GPU buffers. lct_put_device and lct_get_device take a pointer into CUDA
  * device memory (cudaMalloc'd, directly or through an allocator such as
  * PyTorch's) instead of host memory. When lctd runs on the same host with the
- * cuda backend on the same GPU, the tensor moves device to device and no byte
+ * cuda backend on the buffer's GPU, or on another that reaches it by peer
+ * access (NVLink or PCIe), the tensor moves device to device and no byte
  * passes through the socket or host memory: liblct sends the CUDA IPC handle
  * of the allocation the buffer lies in (exported once per allocation and
  * cached), and lctd, which keeps the mapping open in a bounded cache, encodes
  * straight from the buffer and decodes straight into it. Otherwise (a
- * cpu-backend or remote lctd, another GPU, memory that cannot be shared by
- * IPC such as cudaMallocAsync pools, an older server) the call falls back to
- * the host path by itself: a copy to host memory and lct_put, or lct_get and a
- * copy back. lctd counts the calls it served (lct_device_ops_total) and those
+ * cpu-backend or remote lctd, a GPU without peer access to the buffer's,
+ * memory that cannot be shared by IPC such as cudaMallocAsync pools, an older
+ * server) the call falls back to the host path by itself: a copy to host
+ * memory and lct_put, or lct_get and a copy back. lctd counts the calls it served (lct_device_ops_total) and those
  * it sent to the host path, by reason (lct_device_fallbacks_total).
  *
  * Synchronization: both calls first synchronize the GPU holding the buffer
@@ -278,6 +279,52 @@ typedef struct lct_server_info {
 
 /* One round trip; info may be NULL. */
 LCT_API int lct_ping(lct_client *c, lct_server_info *info);
+
+/* Endpoint sets: one lctd per GPU (or per host), each key held by one of
+ * them. A set places a key by rendezvous (highest random weight) hashing
+ * over its endpoint strings: the same key always goes to the same endpoint,
+ * whatever the order of the list; removing an endpoint moves only the keys it
+ * held (each to the endpoint of next highest weight), and adding one moves to
+ * it only the keys it now wins. Clients that share keys must list the same
+ * endpoint strings (an lctd reached as tcp://gpu0:7878 by some and
+ * tcp://10.0.0.5:7878 by others is two endpoints). The weight of endpoint e
+ * for key k is SipHash-2-4 of k's bytes under the 16-byte key
+ * BLAKE2b-128(e's bytes) (unkeyed), read as a little-endian uint64; the
+ * highest wins, a tie goes to the bytewise smaller endpoint.
+ *
+ * A set connects to an endpoint at its first use and keeps the connection; a
+ * dead endpoint fails the calls for its keys only (LCT_ECONN after
+ * connect_timeout_ms, retried at each use: a restarted lctd is found again),
+ * and never sends its keys elsewhere. A set, like a client, is for one thread
+ * at a time; lct_client_set_place, lct_client_set_size and
+ * lct_client_set_endpoint only read it. */
+typedef struct lct_client_set lct_client_set;
+
+#define LCT_ENDPOINTS_MAX 1024 /* most endpoints in a set */
+
+/* Opens a set over endpoints, a list separated by commas (blanks around each
+ * ignored); NULL or "" takes the one endpoint opts->endpoint if given, else
+ * the list $LCT_ENDPOINTS, else the one endpoint $LCT_ENDPOINT, else the default.
+ * Connects to none: opts (NULL: the defaults) serve each connection, its
+ * endpoint field aside. LCT_EINVAL for an empty entry, a duplicate, one that
+ * is not "scheme://address", more than LCT_ENDPOINTS_MAX, or options not set
+ * up by lct_options_init; LCT_ENOMEM. */
+LCT_API int lct_client_set_open(const lct_options *opts, const char *endpoints, lct_client_set **out);
+/* Closes every connection of the set (lct_close); NULL is a no-op. */
+LCT_API void lct_client_set_close(lct_client_set *s);
+LCT_API size_t lct_client_set_size(const lct_client_set *s);
+/* The i-th endpoint, as listed; NULL past the last. */
+LCT_API const char *lct_client_set_endpoint(const lct_client_set *s, size_t i);
+/* The index of the endpoint that holds key (a NUL-terminated key of 1..1024 bytes). */
+LCT_API size_t lct_client_set_place(const lct_client_set *s, const char *key);
+/* The connection to the i-th endpoint, opened at its first use (lct_connect);
+ * it stays the set's: never lct_close it. LCT_EINVAL past the last endpoint,
+ * or lct_connect's error, with lct_client_set_last_error naming the endpoint. */
+LCT_API int lct_client_set_client(lct_client_set *s, size_t i, lct_client **out);
+/* lct_client_set_client of the endpoint that holds key; an error names the key too. */
+LCT_API int lct_client_set_for_key(lct_client_set *s, const char *key, lct_client **out);
+/* Detail of the set's last failure ("" if none); valid until its next call. */
+LCT_API const char *lct_client_set_last_error(const lct_client_set *s);
 
 /* The structures above, for bindings that declare them by hand. */
 typedef enum lct_struct {

@@ -7,10 +7,10 @@ pkgs=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-c
       libsodium-dev libzstd-dev python3 python3-numpy)
 case "${1:-}" in
   "") ;;
-  # Criterion for the C tests, systemd-analyze to verify the unit, promtool to check /metrics,
+  # Criterion for the C tests, systemd-analyze to verify the units, promtool to check /metrics,
   # redis-server for the service benchmark's comparison, clang and its libFuzzer for the fuzz smoke run,
-  # torch (CPU) for lct.torch's tests.
-  --test) pkgs+=(libcriterion-dev systemd prometheus redis-server clang libclang-rt-dev python3-torch) ;;
+  # torch (CPU) for lct.torch's tests, PyYAML to check the Kubernetes manifests.
+  --test) pkgs+=(libcriterion-dev systemd prometheus redis-server clang libclang-rt-dev python3-torch python3-yaml) ;;
   *) echo "usage: deploy/setup.sh [--test]" >&2; exit 2 ;;
 esac
 missing=()

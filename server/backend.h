@@ -83,6 +83,11 @@ typedef struct lct__backend_ops {
    * Loop thread. */
   int (*ipc_map)(void *ctx, const uint8_t *handle, uint8_t **base, uint64_t *size, int *opened);
   void (*ipc_unmap)(void *ctx, const uint8_t *base);
+  /* 1 when the GPU of gpu_uuid (LCT_GPU_UUID_BYTES) is another one of this
+   * host that the backend's device reaches by peer access (NVLink or PCIe):
+   * ipc_map then maps its allocations with peer access enabled, and the
+   * batches below read and write them in place; 0 otherwise. Loop thread. */
+  int (*peer)(void *ctx, const uint8_t *gpu_uuid);
   /* Device puts and gets (server/device_batch.c): many segments in one pass
    * of the GPU codec (a few launches and one wait per group, whatever their
    * number) straight from and into mapped client buffers, aligned to the

@@ -18,6 +18,7 @@
 #define LCT__CUDA_ALIGN 256 /* blob offsets: the GPU codec needs 8, 256 keeps them cache-line clean */
 #define LCT__CUDA_SYMS (LCT_MAX_SYMS - 1) /* histogram counters: 2^s for the widest dtype */
 #define LCT__IPC_CACHE 64 /* client allocations kept mapped; the least recently used idle one is closed */
+#define LCT__PEERS 64     /* other GPUs of the host whose peer access is known */
 #define LCT__BATCH_GROUP 1024 /* segments of a device batch per launch group (one wait each) */
 #define LCT__BATCH_CODEBOOKS 2048 /* device codebooks kept for batches, direct-mapped by codebook id */
 #define LCT__BATCH_ENCODE_WORK (8u << 20) /* encode workspace of a group: 16 bytes per chunk */
@@ -115,9 +116,17 @@ static const struct {
     {"cuMemUnmap", offsetof(lct__cu, unmap)},
 };
 
+/* Another GPU of the host, and whether the backend's device reaches its memory by peer access. */
+typedef struct lct__cuda_peer {
+  uint8_t uuid[16];
+  int reachable;
+} lct__cuda_peer;
+
 typedef struct lct__cuda {
   int device;
   lct__cu cu;
+  lct__cuda_peer peers[LCT__PEERS]; /* the other GPUs visible here, found at open */
+  int n_peers;
   lct__ipc_map ipc[LCT__IPC_CACHE]; /* loop thread only */
   uint64_t ipc_tick;
   CUdeviceptr va;     /* the pool's address range, reserved once: capacity rounded up to granules */
@@ -779,6 +788,37 @@ static int lct__cuda_ipc_map(void *ctx, const uint8_t *handle, uint8_t **base, u
   return 0;
 }
 
+/* The other GPUs this process sees, and which of them the backend's device
+ * reaches by peer access: a client's buffer there is mapped (IPC with
+ * cudaIpcMemLazyEnablePeerAccess) and coded in place, with no host copy. */
+static void lct__cuda_find_peers(lct__cuda *g, int count) {
+  for (int d = 0; d < count && g->n_peers < LCT__PEERS; d++) {
+    struct cudaDeviceProp prop;
+    int can = 0;
+    if (d == g->device)
+      continue;
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess ||
+        cudaDeviceCanAccessPeer(&can, g->device, d) != cudaSuccess) {
+      cudaGetLastError(); /* not sticky: that GPU is simply not reachable */
+      lct__log_warn("cuda: cannot tell whether device %d reaches device %d by peer access", g->device, d);
+      continue;
+    }
+    lct__cuda_peer *p = &g->peers[g->n_peers++];
+    memcpy(p->uuid, prop.uuid.bytes, sizeof p->uuid);
+    p->reachable = can;
+    lct__log_info("cuda: device %d (%s): client buffers there are %s", d, prop.name,
+                  can ? "reached by peer access" : "copied through host memory (no peer access)");
+  }
+}
+
+static int lct__cuda_reaches(void *ctx, const uint8_t *gpu_uuid) {
+  const lct__cuda *g = ctx;
+  for (int i = 0; i < g->n_peers; i++)
+    if (memcmp(g->peers[i].uuid, gpu_uuid, sizeof g->peers[i].uuid) == 0)
+      return g->peers[i].reachable;
+  return 0;
+}
+
 static void lct__cuda_ipc_unmap(void *ctx, const uint8_t *base) {
   lct__cuda *g = ctx;
   for (int i = 0; i < LCT__IPC_CACHE; i++) {
@@ -863,6 +903,7 @@ static const lct__backend_ops lct__cuda_ops = {
     .write = lct__cuda_write,
     .ipc_map = lct__cuda_ipc_map,
     .ipc_unmap = lct__cuda_ipc_unmap,
+    .peer = lct__cuda_reaches,
     .encode_batch = lct__cuda_encode_batch,
     .decode_batch = lct__cuda_decode_batch,
     .hist_batch = lct__cuda_hist_batch,
@@ -965,6 +1006,7 @@ int lct__backend_cuda_open(int device, uint64_t memory, uint64_t slack, int work
                 "as blobs need them, and keeps up to %llu MiB of empty ones",
                 device, prop.name, total_b >> 20, free_b >> 20, (unsigned long long)(g->capacity >> 20),
                 (unsigned long long)(g->pool.granule >> 10), (unsigned long long)(g->pool.keep * g->pool.granule >> 20));
+  lct__cuda_find_peers(g, count);
   out->ops = &lct__cuda_ops;
   out->ctx = g;
   out->capacity = g->capacity;

@@ -90,6 +90,9 @@ static const lct__cfg_def lct__cfg_table[] = {
      "error, warn, info or debug"},
     {"metrics", LCT__CFG_ADDR, LCT__OFF(metrics), 0, 255, "off", NULL, 0, "127.0.0.1:9878",
      "HOST:PORT serving /metrics (Prometheus text) and /healthz over HTTP, or off; keep HOST loopback"},
+    {"port_offset", LCT__CFG_INT, LCT__OFF(port_offset), 0, 1000, "0", NULL, 0, NULL,
+     "added to the port of every tcp listen endpoint and of metrics once every file and flag is read: one "
+     "configuration for one lctd per GPU (lctd@N.service passes N); --print-config shows the ports it makes"},
     {"auth_token_file", LCT__CFG_STR, LCT__OFF(auth_token_file), 0, 4095, "", NULL, 1, NULL,
      "file whose first line is a token that gives every key on endpoints that authenticate (tcp); clients "
      "prove it by challenge-response; empty: no token"},
@@ -388,6 +391,39 @@ int lct__config_load(lct__config *cfg, const char *path, char *err, size_t errle
   return rc;
 }
 
+/* *text with port_offset added to the port after its last ':' (setting: its name, for errors). */
+static int lct__port_shift(char **text, int offset, const char *setting, char *err, size_t errlen) {
+  char *colon = strrchr(*text, ':');
+  char *end;
+  errno = 0;
+  unsigned long port = colon != NULL ? strtoul(colon + 1, &end, 10) : 0;
+  if (colon == NULL || end == colon + 1 || *end != '\0' || errno != 0 || port + (unsigned long)offset > 65535)
+    return lct__cfg_err(err, errlen, "%s: '%s': port_offset %d needs a port of at most %d", setting, *text, offset,
+                        65535 - offset);
+  size_t len = (size_t)(colon - *text) + 7;
+  char *shifted = malloc(len);
+  if (shifted == NULL)
+    return lct__cfg_err(err, errlen, "out of memory");
+  snprintf(shifted, len, "%.*s:%lu", (int)(colon - *text), *text, port + (unsigned long)offset);
+  free(*text);
+  *text = shifted;
+  return 0;
+}
+
+/* Applies port_offset to the tcp endpoints and metrics, once: it is 0 afterwards, so
+ * that --print-config's output, read again, makes the same ports. */
+static int lct__config_offset_ports(lct__config *cfg, char *err, size_t errlen) {
+  int offset = cfg->port_offset;
+  int rc = 0;
+  for (int i = 0; i < cfg->n_listen && rc == 0 && offset != 0; i++)
+    if (strncmp(cfg->listen[i], "tcp://", 6) == 0)
+      rc = lct__port_shift(&cfg->listen[i], offset, "listen", err, errlen);
+  if (rc == 0 && offset != 0 && *cfg->metrics != '\0')
+    rc = lct__port_shift(&cfg->metrics, offset, "metrics", err, errlen);
+  cfg->port_offset = 0;
+  return rc;
+}
+
 int lct__config_args(lct__config *cfg, int argc, char **argv, char *err, size_t errlen) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--config") == 0) {
@@ -430,7 +466,7 @@ int lct__config_args(lct__config *cfg, int argc, char **argv, char *err, size_t 
     if (rc != 0)
       return rc;
   }
-  return 0;
+  return lct__config_offset_ports(cfg, err, errlen);
 }
 
 int lct__config_check(const lct__config *cfg, char *err, size_t errlen) {

@@ -27,6 +27,7 @@ typedef struct lct__config {
   int threads;                   /* codec worker threads; 0: one per CPU */
   int log_level;                 /* LCT__LOG_* */
   char *metrics;                 /* HOST:PORT of the HTTP stats endpoint; "" when off */
+  int port_offset;               /* added to tcp listen and metrics ports by lct__config_args (then 0) */
   char *auth_token_file;         /* file holding the token of every key over authenticated endpoints; "": none */
   char *access_file;             /* tenants: their tokens, key prefixes and quotas; "": none */
   int auth_plain_token;          /* 1: the token itself is accepted in Request.auth_token too (clients before AUTH) */
@@ -58,7 +59,8 @@ int lct__config_set(lct__config *cfg, const char *name, const char *value, int s
 int lct__config_load(lct__config *cfg, const char *path, char *err, size_t errlen);
 
 /* Applies argv: --config FILE is loaded first, then every --NAME VALUE (or
- * --NAME=VALUE) flag in order. Returns 0 or LCT_ECONFIG with a message. */
+ * --NAME=VALUE) flag in order, then port_offset to the tcp listen and
+ * metrics ports. Returns 0 or LCT_ECONFIG with a message. */
 int lct__config_args(lct__config *cfg, int argc, char **argv, char *err, size_t errlen);
 
 /* Checks relations between settings (segment vs frame size and so on). */

@@ -98,8 +98,11 @@ static int lct__device_or_reply(lct__request *rq, uint8_t **ptr) {
     lct__reply_fallback(rq, LCT__FALLBACK_OTHER_HOST, "the device buffer is on another host than this lctd");
     return 0;
   }
-  if (memcmp(d->gpu_uuid.data, be->gpu_uuid, LCT_GPU_UUID_BYTES) != 0) {
-    lct__reply_fallback(rq, LCT__FALLBACK_OTHER_DEVICE, "the device buffer is on another GPU than this lctd's");
+  /* A buffer on another GPU of this host is coded in place over peer access where the GPUs have it. */
+  const int peer = memcmp(d->gpu_uuid.data, be->gpu_uuid, LCT_GPU_UUID_BYTES) != 0;
+  if (peer && (be->ops->peer == NULL || !be->ops->peer(be->ctx, d->gpu_uuid.data))) {
+    lct__reply_fallback(rq, LCT__FALLBACK_OTHER_DEVICE,
+                        "the device buffer is on another GPU than this lctd's, which it cannot reach by peer access");
     return 0;
   }
   uint8_t *base;
@@ -115,6 +118,7 @@ static int lct__device_or_reply(lct__request *rq, uint8_t **ptr) {
     return 0;
   }
   srv->stats.ipc_opens += (uint64_t)opened;
+  srv->stats.device_peer_requests += (uint64_t)peer;
   lct__dev(rq)->ipc_base = base;
   if (d->offset > size || d->size > size - d->offset) {
     lct__reply_error(rq, LCT_EINVAL, "device buffer of %" PRIu64 " bytes at offset %" PRIu64

@@ -226,6 +226,10 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
   for (int r = 0; r < LCT__FALLBACK_SLOTS; r++)
     lct__bprintf(&b, "lct_device_fallbacks_total{reason=\"%s\"} %" PRIu64 "\n", lct__fallback_names[r],
                  st->device_fallback_reasons[r]);
+  lct__metric(&b, "device_peer_requests_total", "counter",
+              "Device requests whose buffer lies on another GPU of the host, coded in place over peer access "
+              "(NVLink or PCIe) with no host copy.",
+              st->device_peer_requests);
   lct__metric(&b, "ipc_opens_total", "counter",
               "Client GPU allocations opened from their CUDA IPC handle (mapping cache misses).", st->ipc_opens);
   lct__metric(&b, "config_reloads_total", "counter", "Configuration reloads (SIGHUP) applied.", st->reloads);

@@ -17,7 +17,7 @@
 enum {
   LCT__FALLBACK_CPU_BACKEND,   /* tensors live in host memory */
   LCT__FALLBACK_OTHER_HOST,    /* the client's boot id is not this host's */
-  LCT__FALLBACK_OTHER_DEVICE,  /* the buffer is on another GPU than the server's */
+  LCT__FALLBACK_OTHER_DEVICE,  /* the buffer is on another GPU that the server's cannot reach by peer access */
   LCT__FALLBACK_IPC_OPEN,      /* cudaIpcOpenMemHandle refused the handle */
   LCT__FALLBACK_SLOTS
 };
@@ -69,6 +69,7 @@ typedef struct lct__stats {
   uint64_t device_fallback_reasons[LCT__FALLBACK_SLOTS]; /* device ops answered LCT_ENOIPC, by reason */
   uint64_t device_fallbacks;  /* their sum */
   uint64_t ipc_opens;         /* client GPU allocations mapped (IPC handle cache misses) */
+  uint64_t device_peer_requests; /* device requests whose buffer is on another GPU, reached by peer access */
 } lct__stats;
 
 /* Adds a reply to the per-op, per-status counters (out-of-range values go to slot 0). */

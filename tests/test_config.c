@@ -134,6 +134,33 @@ Test(config, file_and_flags) {
   unlink(path);
 }
 
+/* One configuration for one lctd per GPU: port_offset shifts the tcp ports and metrics, once. */
+Test(config, port_offset) {
+  const char *path = write_tmp("listen ipc:///run/lct/lctd.sock\n"
+                               "listen tcp://0.0.0.0:7878\n"
+                               "listen tcp://[::1]:7000\n"
+                               "metrics 127.0.0.1:9878\n");
+  lct__config c;
+  lct__config_init(&c);
+  char err[256];
+  char *argv[] = {"lctd", "--config", (char *)path, "--port-offset", "3", NULL};
+  cr_assert_eq(lct__config_args(&c, 5, argv, err, sizeof err), 0, "%s", err);
+  cr_assert_str_eq(c.listen[0], "ipc:///run/lct/lctd.sock", "ipc endpoints keep their path");
+  cr_assert_str_eq(c.listen[1], "tcp://0.0.0.0:7881");
+  cr_assert_str_eq(c.listen[2], "tcp://[::1]:7003");
+  cr_assert_str_eq(c.metrics, "127.0.0.1:9881");
+  cr_assert_eq(c.port_offset, 0, "applied once: the printed configuration makes the same ports");
+  cr_assert_eq(lct__config_check(&c, err, sizeof err), 0, "%s", err);
+  lct__config_free(&c);
+
+  lct__config_init(&c);
+  char *past[] = {"lctd", "--listen", "tcp://127.0.0.1:65535", "--port-offset", "1", NULL};
+  cr_assert_eq(lct__config_args(&c, 5, past, err, sizeof err), LCT_ECONFIG);
+  cr_assert(strstr(err, "65534") != NULL, "%s", err);
+  lct__config_free(&c);
+  unlink(path);
+}
+
 Test(config, file_errors) {
   lct__config c;
   char err[256];

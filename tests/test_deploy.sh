@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_deploy.sh BUILD_DIR — deploy/install.sh into a staging root, then the installed unit through
-# `systemd-analyze verify` (exit 77, a skip, only when systemd-analyze cannot run here at all).
+# test_deploy.sh BUILD_DIR — deploy/install.sh into a staging root, then the installed units (lctd.service,
+# and the per-GPU template lctd@.service: what each instance derives from its index, what --enable
+# enables) through `systemd-analyze verify` (exit 77, a skip, only when systemd-analyze cannot run here at all).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$1
@@ -12,7 +13,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 DESTDIR=$root "$top/deploy/install.sh" --build "$build" --prefix /usr/local >"$tmp/install.log" 2>&1 ||
   fail "install.sh: $(cat "$tmp/install.log")"
 for f in usr/local/bin/lctd usr/local/bin/lct usr/local/include/lct.h usr/local/share/doc/lct/README.md \
-         etc/systemd/system/lctd.service etc/lct/lctd.conf usr/lib/sysusers.d/lctd.conf; do
+         etc/systemd/system/lctd.service etc/systemd/system/lctd@.service etc/lct/lctd.conf \
+         usr/lib/sysusers.d/lctd.conf; do
   [ -f "$root/$f" ] || fail "install.sh did not install /$f"
 done
 ls "$root"/usr/local/lib*/liblct.so* >/dev/null 2>&1 || fail "install.sh did not install liblct"
@@ -45,6 +47,39 @@ grep -q "^#define LCT__EXIT_DEVICE_LOST 3$" "$top/server/health.h" || fail "the 
 grep -q "^Restart=on-failure$" "$unit" || fail "the unit does not restart lctd when it fails"
 grep -q "^RestartPreventExitStatus=2$" "$unit" || fail "RestartPreventExitStatus must be the configuration error (2) alone"
 
+# The per-GPU template: the single unit's service settings and hardening, with its own directories.
+tmpl=$root/etc/systemd/system/lctd@.service
+grep -q "@[A-Z]*@" "$tmpl" && fail "unsubstituted placeholder in the template"
+for want in "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID" "RuntimeDirectory=lct/gpu%i" "StateDirectory=lct/gpu%i" \
+            "Conflicts=lctd.service"; do
+  grep -q "^$want$" "$tmpl" || fail "template lacks $want"
+done
+grep -v -e "^#" -e "^Description=" -e "^ExecStart=" -e "^RuntimeDirectory=" -e "^StateDirectory=" "$unit" |
+  while IFS= read -r line; do
+    grep -qxF -- "$line" "$tmpl" || { echo "template lacks the unit's line: $line"; exit 1; }
+  done || fail "the template differs from lctd.service beyond its instance's settings"
+# Instance 2's lctd, as its ExecStart runs it: GPU 2, its own endpoints, metrics port and state.
+exec_start=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$tmpl" | sed -e 's/^ExecStart=//' -e 's/\\$//' | tr '\n' ' ')
+exec_start=${exec_start//%i/2}
+exec_start=${exec_start//\/usr\/local\/bin\/lctd/$root/usr/local/bin/lctd}
+exec_start=${exec_start//\/etc\/lct\/lctd.conf/$root/etc/lct/lctd.conf}
+# shellcheck disable=SC2086 # the unit's command line, split as systemd splits it
+$exec_start --print-config >"$tmp/instance2" 2>&1 || fail "instance 2's command line: $(cat "$tmp/instance2")"
+for want in "device 2" "listen ipc:///run/lct/gpu2/lctd.sock" "listen tcp://127.0.0.1:7880" "metrics 127.0.0.1:9880" \
+            "persist_dir /var/lib/lct/gpu2"; do
+  grep -qx "$want" "$tmp/instance2" || fail "instance 2 lacks '$want': $(cat "$tmp/instance2")"
+done
+[ "$(grep -c "^listen " "$tmp/instance2")" -eq 2 ] || fail "instance 2 listens elsewhere too: $(cat "$tmp/instance2")"
+# --enable: an instance per GPU, or the single unit where there is none.
+wants=$root/etc/systemd/system/multi-user.target.wants
+DESTDIR=$root "$top/deploy/install.sh" --build "$build" --enable --gpus 2 >/dev/null 2>&1 || fail "install.sh --enable --gpus 2"
+[ "$(ls "$wants")" = "$(printf 'lctd@0.service\nlctd@1.service')" ] || fail "--gpus 2 enabled: $(ls "$wants")"
+[ "$(readlink "$wants/lctd@1.service")" = /etc/systemd/system/lctd@.service ] || fail "lctd@1 is not the template"
+DESTDIR=$root "$top/deploy/install.sh" --build "$build" --enable --gpus 0 >/dev/null 2>&1 || fail "install.sh --enable --gpus 0"
+[ "$(ls "$wants")" = lctd.service ] || fail "no GPU enabled: $(ls "$wants")"
+[ "$(readlink "$wants/lctd.service")" = /etc/systemd/system/lctd.service ] || fail "lctd.service link"
+DESTDIR=$root "$top/deploy/install.sh" --build "$build" --enable --gpus two >/dev/null 2>&1 && fail "--gpus two accepted"
+
 analyze=$(command -v systemd-analyze) || { echo "SKIP: systemd-analyze is not installed (deploy/setup.sh installs systemd)"; exit 77; }
 # Can systemd-analyze verify anything here? A unit that is certainly valid tells.
 mkdir "$tmp/units"
@@ -58,4 +93,11 @@ sed "s|^ExecStart=/usr/local/bin/lctd|ExecStart=$root/usr/local/bin/lctd|" "$uni
 out=$("$analyze" verify "$tmp/units/lctd.service" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && [ -z "$out" ] || fail "systemd-analyze verify (status $rc): $out"
-echo "install.sh staging and systemd-analyze verify: ok"
+# The template, through its instances 0 and 7.
+sed "s|/usr/local/bin/lctd|$root/usr/local/bin/lctd|" "$tmpl" >"$tmp/units/lctd@.service"
+for n in 0 7; do
+  out=$("$analyze" verify "$tmp/units/lctd@$n.service" 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && [ -z "$out" ] || fail "systemd-analyze verify lctd@$n.service (status $rc): $out"
+done
+echo "install.sh staging and systemd-analyze verify (lctd.service, lctd@.service): ok"

@@ -27,8 +27,10 @@ int cli_ping(int argc, char **argv);
 int cli_save(int argc, char **argv);
 /* `lct stats` without --prometheus: st and the Prometheus text it came with, summarized for people (cli_stats.c). */
 void cli_stats_summary(FILE *out, const lct_server_stats *st, const char *prometheus);
-/* lctd endpoint from --endpoint; NULL: $LCT_ENDPOINT or the default. */
+/* lctd endpoint from --endpoint; NULL: cli_endpoints, $LCT_ENDPOINTS, $LCT_ENDPOINT or the default. */
 extern const char *cli_endpoint;
+/* Endpoint set from --endpoints (comma-separated); NULL: none given. */
+extern const char *cli_endpoints;
 /* Token file from --auth-token-file; NULL: $LCT_AUTH_TOKEN_FILE or none. */
 extern const char *cli_auth_token_file;
 

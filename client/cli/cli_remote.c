@@ -1,4 +1,10 @@
-/* cli_remote.c — `lct put/get/rm/ls/stat/stats/ping/save`: talk to a running lctd through liblct.
+/* cli_remote.c — `lct put/get/rm/ls/stat/stats/ping/save`: talk to running lctd through liblct, one endpoint or a set.
+ *
+ * Over an endpoint set (--endpoints, $LCT_ENDPOINTS) a key's command goes to
+ * the lctd that holds it (lct_client_set_place); ls merges every endpoint's
+ * listing in key order, stats sums them, ping and save ask each. An endpoint
+ * that does not answer is an error for its keys (and its part of ls, stats,
+ * ping and save) only.
  *
  * Files are raw bytes or .npy. NumPy has no bfloat16 or float8: `get` writes
  * bf16 tensors with descr '|V2' and f8 tensors with '|V1' (view them with
@@ -18,7 +24,11 @@
 #include "lct.h"
 
 const char *cli_endpoint;
+const char *cli_endpoints;
 const char *cli_auth_token_file;
+
+/* The endpoints of this command (one, or a set); their connections live and die with it. */
+static lct_client_set *remote_set;
 
 /* Options every remote command accepts, and its positional arguments. */
 typedef struct remote_args {
@@ -43,6 +53,7 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
     const char *arg = argv[i];
     const char **slot = NULL;
     if (strcmp(arg, "--endpoint") == 0) slot = &cli_endpoint;
+    else if (strcmp(arg, "--endpoints") == 0) slot = &cli_endpoints;
     else if (strcmp(arg, "--auth-token-file") == 0) slot = &cli_auth_token_file;
     else if (strcmp(arg, "--dtype") == 0) slot = &a->dtype;
     else if (strcmp(arg, "--shape") == 0) slot = &a->shape;
@@ -74,27 +85,72 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
   return 0;
 }
 
-static int remote_connect(const char *cmd, const remote_args *a, lct_client **c) {
+/* Opens the command's endpoint set: --endpoint (one), --endpoints, $LCT_ENDPOINTS,
+ * $LCT_ENDPOINT or the default. Connects to none yet. */
+static int remote_open(const char *cmd, const remote_args *a) {
+  if (cli_endpoint != NULL && cli_endpoints != NULL)
+    return cli_fail("%s: give --endpoint or --endpoints, not both", cmd);
   lct_options o;
   lct_options_init(&o);
   o.endpoint = cli_endpoint;
   o.auth_token_file = cli_auth_token_file;
   o.timeout_ms = o.save_timeout_ms = a->timeout_ms;
-  int rc = lct_connect(&o, c);
-  if (rc != 0) {
-    const char *ep = cli_endpoint ? cli_endpoint : getenv("LCT_ENDPOINT");
-    return cli_fail("%s: cannot reach lctd at %s: %s%s", cmd, ep && *ep ? ep : LCT_DEFAULT_ENDPOINT,
-                    lct_strerror(rc),
-                    rc == LCT_EACCES ? " (give the server's token file with --auth-token-file)" : "");
-  }
+  int rc = lct_client_set_open(&o, cli_endpoints, &remote_set);
+  if (rc == LCT_EINVAL)
+    return cli_fail("%s: bad endpoint list '%s': comma-separated tcp://HOST:PORT or ipc:///PATH, each once", cmd,
+                    cli_endpoints ? cli_endpoints : getenv("LCT_ENDPOINTS"));
+  if (rc) return cli_fail("%s: %s", cmd, lct_strerror(rc));
   return 0;
 }
 
-static int remote_fail(const char *cmd, const char *key, lct_client *c, int rc) {
+static size_t remote_count(void) { return lct_client_set_size(remote_set); }
+
+static void remote_close(void) {
+  lct_client_set_close(remote_set);
+  remote_set = NULL;
+}
+
+/* " (endpoint I of N)" in a set of several, else "". */
+static const char *member_label(size_t i, char *buf, size_t cap) {
+  if (remote_count() < 2) return "";
+  snprintf(buf, cap, " (endpoint %zu of %zu)", i + 1, remote_count());
+  return buf;
+}
+
+/* The connection to endpoint i of the set; key: the key it holds, for the message. */
+static int remote_member(const char *cmd, size_t i, const char *key, lct_client **c) {
+  int rc = lct_client_set_client(remote_set, i, c);
+  if (rc == 0) return 0;
+  char label[48];
+  return cli_fail("%s: cannot reach lctd at %s%s%s%s: %s%s", cmd, lct_client_set_endpoint(remote_set, i),
+                  member_label(i, label, sizeof label), key ? ", which holds " : "", key ? key : "",
+                  lct_strerror(rc), rc == LCT_EACCES ? " (give the server's token file with --auth-token-file)" : "");
+}
+
+/* Opens the set and connects to the endpoint that holds key. */
+static int remote_connect(const char *cmd, const remote_args *a, const char *key, lct_client **c) {
+  if (remote_open(cmd, a)) return 1;
+  if (remote_member(cmd, lct_client_set_place(remote_set, key), remote_count() > 1 ? key : NULL, c) == 0) return 0;
+  remote_close();
+  return 1;
+}
+
+/* The failure rc of a call on c, the connection to endpoint i. */
+static int member_fail(const char *cmd, const char *key, size_t i, lct_client *c, int rc) {
   const char *detail = lct_last_error(c);
   if (strcmp(detail, lct_strerror(rc)) == 0) detail = "";
-  int status = cli_fail("%s%s%s: %s%s%s", cmd, *key ? " " : "", key, lct_strerror(rc), *detail ? ": " : "", detail);
-  lct_close(c);
+  char where[320] = "";
+  if (remote_count() > 1)
+    snprintf(where, sizeof where, " (lctd at %s)", lct_client_set_endpoint(remote_set, i));
+  return cli_fail("%s%s%s%s: %s%s%s", cmd, *key ? " " : "", key, where, lct_strerror(rc), *detail ? ": " : "",
+                  detail);
+}
+
+/* The failure rc of a command's call on c, which ends it. */
+static int remote_fail(const char *cmd, const char *key, lct_client *c, int rc) {
+  size_t i = *key ? lct_client_set_place(remote_set, key) : 0;
+  int status = member_fail(cmd, key, i, c, rc);
+  remote_close();
   return status;
 }
 
@@ -195,7 +251,7 @@ int cli_put(int argc, char **argv) {
   }
 
   lct_client *c;
-  if (remote_connect("put", &a, &c)) {
+  if (remote_connect("put", &a, key, &c)) {
     free(buf);
     return 1;
   }
@@ -207,7 +263,7 @@ int cli_put(int argc, char **argv) {
   format_shape(&info, sh, sizeof sh);
   printf("%s: version %" PRIu64 ", %s %s, %" PRIu64 " bytes stored as %" PRIu64 " (ratio %.3f)\n", key,
          info.version, dtype_label(info.dtype), sh, info.raw_bytes, info.stored_bytes, ratio(&info));
-  lct_close(c);
+  remote_close();
   return 0;
 }
 
@@ -233,12 +289,12 @@ int cli_get(int argc, char **argv) {
   if (a.npos != 2) return cli_fail("usage: lct get KEY OUT   (OUT ending in .npy gets a NumPy header)");
   const char *key = a.pos[0], *out = a.pos[1];
   lct_client *c;
-  if (remote_connect("get", &a, &c)) return 1;
+  if (remote_connect("get", &a, key, &c)) return 1;
   void *data;
   lct_tensor_info info;
   int rc = lct_get_alloc(c, key, &data, &info);
   if (rc) return remote_fail("get", key, c, rc);
-  lct_close(c);
+  remote_close();
   uint8_t header[1024];
   size_t h = 0;
   if (ends_with(out, ".npy") &&
@@ -261,10 +317,10 @@ int cli_rm(int argc, char **argv) {
   if (remote_parse(argc, argv, 1, &a)) return 1;
   if (a.npos != 1) return cli_fail("usage: lct rm KEY");
   lct_client *c;
-  if (remote_connect("rm", &a, &c)) return 1;
+  if (remote_connect("rm", &a, a.pos[0], &c)) return 1;
   int rc = lct_delete(c, a.pos[0]);
   if (rc) return remote_fail("rm", a.pos[0], c, rc);
-  lct_close(c);
+  remote_close();
   return 0;
 }
 
@@ -273,11 +329,11 @@ int cli_stat(int argc, char **argv) {
   if (remote_parse(argc, argv, 1, &a)) return 1;
   if (a.npos != 1) return cli_fail("usage: lct stat KEY");
   lct_client *c;
-  if (remote_connect("stat", &a, &c)) return 1;
+  if (remote_connect("stat", &a, a.pos[0], &c)) return 1;
   lct_tensor_info info;
   int rc = lct_stat(c, a.pos[0], &info);
   if (rc) return remote_fail("stat", a.pos[0], c, rc);
-  lct_close(c);
+  remote_close();
   char sh[128];
   format_shape(&info, sh, sizeof sh);
   printf("key:          %s\ndtype:        %s\nshape:        %s\nraw bytes:    %" PRIu64
@@ -288,81 +344,184 @@ int cli_stat(int argc, char **argv) {
   return 0;
 }
 
+/* One endpoint's listing, merged into ls's: its current page and where in it. */
+typedef struct ls_source {
+  lct_client *c;
+  lct_list_page *page; /* NULL: done */
+  size_t at;
+} ls_source;
+
+/* Endpoint i's next page after cursor (NULL: its first) into src; 1 after a failure message. */
+static int ls_fetch(ls_source *src, size_t i, const char *prefix, const char *cursor, long left) {
+  lct_list_page *page;
+  size_t want = left > 0 ? (size_t)left : 0; /* the server caps it, and 0 takes its default */
+  int rc = lct_list(src->c, prefix, cursor, want, &page);
+  lct_list_free(src->page);
+  src->page = NULL;
+  src->at = 0;
+  if (rc) return member_fail("ls", prefix ? prefix : "", i, src->c, rc);
+  if (page->n == 0) lct_list_free(page); /* an empty page ends the listing whatever it says */
+  else src->page = page;
+  return 0;
+}
+
 int cli_ls(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 1, &a)) return 1;
   const char *prefix = a.npos ? a.pos[0] : NULL;
-  lct_client *c;
-  if (remote_connect("ls", &a, &c)) return 1;
-  char *cursor = NULL;
+  if (remote_open("ls", &a)) return 1;
+  size_t n = remote_count();
+  ls_source *src = calloc(n, sizeof *src);
+  if (src == NULL) {
+    remote_close();
+    return cli_fail("ls: out of memory");
+  }
   long left = a.limit > 0 ? a.limit : -1;
-  int rc = 0;
-  do {
-    lct_list_page *page;
-    size_t want = left > 0 ? (size_t)left : 0; /* the server caps it, and 0 takes its default */
-    if ((rc = lct_list(c, prefix, cursor, want, &page)) != 0) break;
-    for (size_t i = 0; i < page->n; i++) {
-      const lct_tensor_info *info = &page->entries[i].info;
-      char sh[128];
-      format_shape(info, sh, sizeof sh);
-      printf("%-6s %-20s %12" PRIu64 " %12" PRIu64 " %6.3f %6" PRIu64 "  %s\n", dtype_label(info->dtype), sh,
-             info->raw_bytes, info->stored_bytes, ratio(info), info->version, page->entries[i].key);
+  int status = 0;
+  for (size_t i = 0; i < n; i++)
+    if (remote_member("ls", i, NULL, &src[i].c) || ls_fetch(&src[i], i, prefix, NULL, left)) status = 1;
+  /* Every endpoint's keys in bytewise order: the smallest head first. */
+  while (left != 0) {
+    ls_source *first = NULL;
+    size_t fi = 0;
+    for (size_t i = 0; i < n; i++)
+      if (src[i].page != NULL &&
+          (first == NULL || strcmp(src[i].page->entries[src[i].at].key, first->page->entries[first->at].key) < 0))
+        first = &src[i], fi = i;
+    if (first == NULL) break;
+    const lct_list_entry *e = &first->page->entries[first->at];
+    char sh[128];
+    format_shape(&e->info, sh, sizeof sh);
+    printf("%-6s %-20s %12" PRIu64 " %12" PRIu64 " %6.3f %6" PRIu64 "  %s\n", dtype_label(e->info.dtype), sh,
+           e->info.raw_bytes, e->info.stored_bytes, ratio(&e->info), e->info.version, e->key);
+    if (left > 0) left--;
+    if (++first->at < first->page->n) continue;
+    char *cursor = first->page->next_cursor;
+    if (cursor == NULL || left == 0) {
+      lct_list_free(first->page);
+      first->page = NULL;
+      continue;
     }
-    if (left > 0) left -= (long)page->n;
+    first->page->next_cursor = NULL;
+    if (ls_fetch(first, fi, prefix, cursor, left)) status = 1;
     free(cursor);
-    cursor = page->n > 0 ? page->next_cursor : NULL; /* an empty page ends the listing whatever it says */
-    if (cursor == page->next_cursor) page->next_cursor = NULL;
-    lct_list_free(page);
-  } while (cursor && left != 0);
-  free(cursor);
-  if (rc) return remote_fail("ls", prefix ? prefix : "", c, rc);
-  lct_close(c);
-  return 0;
+  }
+  for (size_t i = 0; i < n; i++) lct_list_free(src[i].page);
+  free(src);
+  remote_close();
+  return status;
+}
+
+/* One endpoint's line of `lct stats` over a set. */
+static void stats_line(const char *endpoint, const lct_server_stats *st) {
+  printf("%s: %" PRIu64 " tensors, %" PRIu64 " bytes stored as %" PRIu64, endpoint, st->tensors, st->raw_bytes,
+         st->stored_bytes);
+  if (st->stored_bytes > 0) printf(" (ratio %.3f)", (double)st->raw_bytes / (double)st->stored_bytes);
+  printf(", pool %" PRIu64 " of %" PRIu64 " bytes used\n", st->pool_used, st->pool_capacity);
 }
 
 int cli_stats(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 0, &a)) return 1;
-  lct_client *c;
-  if (remote_connect("stats", &a, &c)) return 1;
-  lct_server_stats st;
-  char *text;
-  int rc = lct_stats(c, &st, &text);
-  if (rc) return remote_fail("stats", "", c, rc);
-  lct_close(c);
-  if (a.prometheus) fputs(text, stdout);
-  else cli_stats_summary(stdout, &st, text);
-  lct_free(text);
-  return 0;
+  if (remote_open("stats", &a)) return 1;
+  size_t n = remote_count(), answered = 0;
+  lct_server_stats sum;
+  memset(&sum, 0, sizeof sum);
+  char *texts = NULL; /* every endpoint's Prometheus text, one after the other: the summary adds them up */
+  size_t texts_len = 0;
+  int status = 0;
+  for (size_t i = 0; i < n; i++) {
+    lct_client *c;
+    lct_server_stats st;
+    char *text;
+    int rc;
+    if (remote_member("stats", i, NULL, &c)) {
+      status = 1;
+      continue;
+    }
+    if ((rc = lct_stats(c, &st, &text)) != 0) {
+      status = member_fail("stats", "", i, c, rc);
+      continue;
+    }
+    const char *ep = lct_client_set_endpoint(remote_set, i);
+    if (a.prometheus && n > 1) printf("# lctd at %s\n", ep);
+    if (a.prometheus) fputs(text, stdout);
+    else if (n > 1) stats_line(ep, &st);
+    size_t len = strlen(text);
+    char *grown = realloc(texts, texts_len + len + 2);
+    if (grown == NULL) {
+      lct_free(text);
+      free(texts);
+      remote_close();
+      return cli_fail("stats: out of memory");
+    }
+    texts = grown;
+    memcpy(texts + texts_len, text, len);
+    texts_len += len;
+    texts[texts_len++] = '\n';
+    texts[texts_len] = '\0';
+    lct_free(text);
+#define ADD_FIELD(name, what) sum.name += st.name;
+    LCT_STATS_FIELDS(ADD_FIELD)
+#undef ADD_FIELD
+    answered++;
+  }
+  if (!a.prometheus && answered > 0) {
+    if (n > 1) printf("\nall %zu endpoints%s:\n", answered, answered < n ? " that answered" : "");
+    cli_stats_summary(stdout, &sum, texts);
+  }
+  free(texts);
+  remote_close();
+  return status;
 }
 
 int cli_ping(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 0, &a)) return 1;
-  lct_client *c;
-  if (remote_connect("ping", &a, &c)) return 1;
-  lct_server_info info;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int rc = lct_ping(c, &info);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  if (rc) return remote_fail("ping", "", c, rc);
-  lct_close(c);
-  double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
-  printf("%s, backend %s, protocol %d, frame %" PRIu64 " bytes: %.0f us\n", info.server, info.backend,
-         info.protocol, info.frame_bytes, us);
-  return 0;
+  if (remote_open("ping", &a)) return 1;
+  int status = 0;
+  for (size_t i = 0; i < remote_count(); i++) {
+    lct_client *c;
+    if (remote_member("ping", i, NULL, &c)) {
+      status = 1;
+      continue;
+    }
+    lct_server_info info;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = lct_ping(c, &info);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc) {
+      status = member_fail("ping", "", i, c, rc);
+      continue;
+    }
+    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+    if (remote_count() > 1) printf("%s: ", lct_client_set_endpoint(remote_set, i));
+    printf("%s, backend %s, protocol %d, frame %" PRIu64 " bytes: %.0f us\n", info.server, info.backend,
+           info.protocol, info.frame_bytes, us);
+  }
+  remote_close();
+  return status;
 }
 
 int cli_save(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 0, &a)) return 1;
-  lct_client *c;
-  if (remote_connect("save", &a, &c)) return 1;
-  uint64_t written;
-  int rc = lct_save(c, &written);
-  if (rc) return remote_fail("save", "", c, rc);
-  lct_close(c);
-  printf("saved: %" PRIu64 " tensors written\n", written);
-  return 0;
+  if (remote_open("save", &a)) return 1;
+  int status = 0;
+  for (size_t i = 0; i < remote_count(); i++) {
+    lct_client *c;
+    uint64_t written;
+    int rc;
+    if (remote_member("save", i, NULL, &c)) {
+      status = 1;
+    } else if ((rc = lct_save(c, &written)) != 0) {
+      status = member_fail("save", "", i, c, rc);
+    } else {
+      if (remote_count() > 1) printf("%s: ", lct_client_set_endpoint(remote_set, i));
+      printf("saved: %" PRIu64 " tensors written\n", written);
+    }
+  }
+  remote_close();
+  return status;
 }

@@ -19,12 +19,15 @@ static const cli_command commands[] = {
 };
 
 static int usage(FILE *to) {
-  fputs("usage: lct [--endpoint EP] [--auth-token-file FILE] COMMAND [ARGS]\n\ncommands:\n", to);
+  fputs("usage: lct [--endpoint EP | --endpoints EP,EP...] [--auth-token-file FILE] COMMAND [ARGS]\n\ncommands:\n",
+        to);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(to, "  %s\n", commands[i].usage);
   fputs("\nDT is f32, bf16, f16, f8e4m3, f8e5m2 or raw; by default it comes from a .f32. / .bf16. / ... infix\n"
         "in the input file name (or the .npy header).\n"
-        "EP is lctd's nanomsg endpoint (tcp://HOST:PORT or ipc:///PATH); default $LCT_ENDPOINT, else\n"
-        "ipc:///tmp/lctd.sock.\n"
+        "EP is lctd's nanomsg endpoint (tcp://HOST:PORT or ipc:///PATH); default $LCT_ENDPOINTS, else\n"
+        "$LCT_ENDPOINT, else ipc:///tmp/lctd.sock.\n"
+        "Over an endpoint set (--endpoints, $LCT_ENDPOINTS: one lctd per GPU or host) each key lives on\n"
+        "the endpoint rendezvous hashing gives it; ls and stats cover every endpoint, ping and save ask each.\n"
         "FILE holds a token of the lctd (its auth_token_file's or a tenant's; first line), proven by\n"
         "challenge-response on endpoints that authenticate (tcp) and never sent;\n"
         "default $LCT_AUTH_TOKEN_FILE.\n"
@@ -38,7 +41,8 @@ int main(int argc, char **argv) {
   static const struct {
     const char *flag;
     const char **slot;
-  } globals[] = {{"--endpoint", &cli_endpoint}, {"--auth-token-file", &cli_auth_token_file}};
+  } globals[] = {
+      {"--endpoint", &cli_endpoint}, {"--endpoints", &cli_endpoints}, {"--auth-token-file", &cli_auth_token_file}};
   for (size_t g = 0; argc >= 2 && g < sizeof globals / sizeof globals[0]; g++) {
     size_t n = strlen(globals[g].flag);
     if (strncmp(argv[1], globals[g].flag, n) != 0 || (argv[1][n] != '=' && argv[1][n] != '\0'))

@@ -5,6 +5,8 @@
         c.put("w", numpy_array)           # or a torch tensor, or bytes with dtype=
         w = c.get("w")                    # a new numpy array; or c.get("w", out=tensor)
 
+lct.Client([ep, ...]) is an lct.ClientSet: each key on one of several lctd
+(rendezvous hashing); lct.Client.for_rank() picks a trainer rank's own lctd.
 put_many / get_many move many tensors per request (CUDA tensors of one
 allocation in one GPU pass); lct.Batch packs such a set once for repeated
 sends, and its submit() runs one on the client's job thread (an lct.Job).
@@ -15,10 +17,11 @@ holds OffloadedAdamW. numpy and torch are optional.
 """
 from .batch import Batch, Job
 from .client import Client
+from .client_set import ClientSet
 from .errors import LctError, NotFoundError, error_code
 from .info import ServerInfo, TensorInfo
 
-__all__ = ["Batch", "Client", "Job", "LctError", "NotFoundError", "ServerInfo", "TensorInfo", "error_code", "optim"]
+__all__ = ["Batch", "Client", "ClientSet", "Job", "LctError", "NotFoundError", "ServerInfo", "TensorInfo", "error_code", "optim"]
 __version__ = "0.1.0"
 
 

@@ -9,11 +9,22 @@ from .errors import error
 from .info import server_info, tensor_info
 
 
+def _resolve(endpoint):
+    """endpoint as given, or the endpoints of the set it names (a tuple): a
+    list, or None while $LCT_ENDPOINTS is set."""
+    if isinstance(endpoint, (list, tuple)) or (endpoint is None and os.environ.get("LCT_ENDPOINTS")):
+        from .client_set import endpoints
+        return endpoints(endpoint)
+    return endpoint
+
+
 class Client:
     """A connection to one lctd.
 
     endpoint: 'ipc:///path' or 'tcp://host:port'; None: $LCT_ENDPOINT, else
-    ipc:///tmp/lctd.sock. timeout_ms: per request (None: 30 s; negative:
+    ipc:///tmp/lctd.sock. A list of several endpoints (or None while
+    $LCT_ENDPOINTS lists several) makes an lct.ClientSet instead, which
+    places each key on one of them; a list of one is that endpoint. timeout_ms: per request (None: 30 s; negative:
     forever). save_timeout_ms: for save() (None: no limit). A killed or
     restarted lctd ends a call within about 2 s whatever its timeout
     (LCT_ECONN, LCT_ERESTARTED); no request is sent twice.
@@ -27,8 +38,18 @@ class Client:
     A Client may be shared between threads: its calls are serialized.
     """
 
+    def __new__(cls, endpoint=None, **options):
+        resolved = _resolve(endpoint)
+        if isinstance(resolved, tuple) and len(resolved) > 1:
+            from .client_set import ClientSet
+            return ClientSet(resolved, **options)
+        return super().__new__(cls)
+
     def __init__(self, endpoint=None, auth_token_file=None, timeout_ms=None,
                  connect_timeout_ms=None, frame_bytes=None, save_timeout_ms=None):
+        resolved = _resolve(endpoint)
+        if isinstance(resolved, tuple):
+            endpoint = resolved[0]  # a set of one
         lib = _native.lib()
         self._lock = threading.Lock()
         self._c = None
@@ -52,6 +73,19 @@ class Client:
             raise error(rc, f"connecting to {endpoint or '$LCT_ENDPOINT or the default endpoint'}")
         self._c = handle
         self._device_path = bool(lib.lct_device_path(handle))
+
+    @classmethod
+    def for_rank(cls, rank=None, endpoints=None, **options):
+        """A Client of the lctd that trainer rank `rank` uses: endpoints[rank
+        % len(endpoints)]. rank None: $LOCAL_RANK (torchrun sets it), else 0,
+        so that with one lctd per GPU each rank takes its own GPU's.
+        endpoints: a list or comma-separated string; None: $LCT_ENDPOINTS,
+        else $LCT_ENDPOINT or the default. options: as for Client."""
+        from .client_set import endpoints as resolve
+        listed = resolve(endpoints)
+        if rank is None:
+            rank = int(os.environ.get("LOCAL_RANK", "0"))
+        return cls(listed[rank % len(listed)], **options)
 
     def __repr__(self):
         state = "closed" if self._c is None else "open"

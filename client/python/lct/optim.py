@@ -480,6 +480,26 @@ class OffloadedAdamW(torch.optim.Optimizer):
             sd["state"][index] = entry
         return sd
 
+    def resume(self, step):
+        """Takes the states lctd holds under key_prefix as this fresh
+        optimizer's, every parameter at step `step` (as after `step` steps in
+        which each had a gradient): what a restarted trainer (an elastic
+        restart, say) calls instead of loading a checkpoint, with its
+        parameters as they were after that step. lctd must hold the states
+        of that step: those of the last step() flushed (flush()) before the
+        trainer stopped. NotFoundError names a missing key; nothing is
+        changed then."""
+        self.flush()
+        params = list(self._indexed_params())
+        for index, _, p in params:
+            for name in self._state_names():
+                info = self.client.stat(self._key(index, name))
+                if info.raw_bytes != p.numel() * self._state_dtype(p).itemsize:
+                    raise ValueError(f"{self._key(index, name)} holds {info.raw_bytes} bytes, not the "
+                                     f"{tuple(p.shape)} {self._state_dtype(p)} state of parameter {index}")
+        for _, _, p in params:
+            self.state[p] = {"step": torch.tensor(float(step), dtype=_scalar_dtype())}
+
     def load_state_dict(self, state_dict):
         """Takes a state_dict of this class or of torch.optim.AdamW: the steps
         and hyperparameters stay here, the moments go to lctd."""

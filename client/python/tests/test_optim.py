@@ -100,6 +100,25 @@ class TestOffloadedAdamW(LctdTestCase):
                     st = self.client.stat(f"{prefix}0/exp_avg")
                     self.assertEqual(st.dtype, {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype])
 
+    def test_resume_after_a_restart(self):
+        """A new optimizer over the same parameters takes the states in lctd (resume) and goes on bitwise."""
+        for device in devices():
+            with self.subTest(device=device):
+                prefix = self.key(f"{device}/")
+                ref_model, ref, off_model, off = self.pair(device, torch.float32, prefix)
+                self.train_and_compare(ref_model, ref, off_model, off, device, 3)
+                off.flush()
+                del off  # the trainer stops; its parameters and lctd's states remain
+                fresh = lct.optim.OffloadedAdamW(off_model.parameters(), self.client, key_prefix=prefix, **HYPER)
+                fresh.resume(3)
+                self.train_and_compare(ref_model, ref, off_model, fresh, device, 3, first=3)
+                self.assertStatesEqual(ref, fresh, device)
+                lost = lct.optim.OffloadedAdamW(off_model.parameters(), self.client, key_prefix=self.key("none/"),
+                                                **HYPER)
+                with self.assertRaises(lct.NotFoundError):
+                    lost.resume(3)
+                self.assertFalse(lost.state, "a failed resume changes nothing")
+
     def test_param_groups_and_frozen_params(self):
         for device in devices():
             with self.subTest(device=device):

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # run-gpu.sh — on a GPU machine, from a carried build: GPU tests (ctest), compute-sanitizer memcheck,
 # lct-bench gpu, lctd's integration suite on the cuda backend, the device path (lct_put_device /
-# lct_get_device), a lost GPU (lctd-faults), the Python binding with CUDA tensors, the optimizer step
-# alone, the trainer offload measurement and lct-bench soak (plain and --chaos) on the cuda backend.
+# lct_get_device), a lost GPU (lctd-faults), the Python binding with CUDA tensors (lct.torch's codec,
+# activations, weights and CompressedAdamW among them), the optimizer step alone, the trainer offload
+# measurement, lct.torch in the training loop (train_compressed.py) and lct-bench soak (plain and --chaos)
+# on the cuda backend.
 #
 #   tests/bench/run-gpu.sh [BUILD_DIR] [DATA_DIR]
 #
@@ -90,7 +92,8 @@ faults_rc=$?
 faults_synth=$(grep -ao 'Synthesis:.*' "$out/faults.log" | tail -1)
 
 # 5. The Python binding and the offloaded AdamW with the machine's torch (CUDA tensors where it sees a GPU).
-LCT_LIBRARY=$build/lib/liblct.so LCT_LCTD=$build/bin/lctd LCT_CLI=$build/bin/lct PYTHONUNBUFFERED=1 \
+LCT_LIBRARY=$build/lib/liblct.so LCT_CODEC_LIBRARY=$build/lib/liblct_codec.so LCT_LCTD=$build/bin/lctd LCT_CLI=$build/bin/lct \
+  PYTHONUNBUFFERED=1 \
   timeout "${LCT_TEST_TIMEOUT:-240}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
 py_rc=$?
 py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
@@ -101,7 +104,7 @@ py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
 #    (tests/bench/train_offload.py), unless LCT_SKIP_TRAIN is set; under CUDA MPS where the
 #    machine has it (deploy/README.md, "Sharing the GPU with trainers"), unless LCT_MPS=0:
 #    without it the trainer's and lctd's kernels take turns on the GPU.
-train_rc=skipped step_rc=skipped put_rc=skipped mps=off
+train_rc=skipped step_rc=skipped put_rc=skipped compressed_rc=skipped mps=off
 if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
   if [[ ${LCT_MPS:-1} != 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/lct-mps-$$ CUDA_MPS_LOG_DIRECTORY=/tmp/lct-mps-$$ # short: a socket path
@@ -117,6 +120,16 @@ if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
   LCT_LIBRARY=$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
     python3 tests/bench/train_offload.py --lctd "$build/bin/lctd" --out "$out/train" >"$out/train.log" 2>&1
   train_rc=$?
+  compressed_rc=0
+  # lct.torch in the training loop (no lctd): the 162M GPT, and the Qwen3-4B-shaped model with its context search.
+  for model in gpt162m qwen3-4b; do
+    [[ $model == qwen3-4b ]] && search=(--contexts 2048,3072,4096,6144,8192) || search=()
+    LCT_LIBRARY=$build/lib/liblct.so LCT_CODEC_LIBRARY=$build/lib/liblct_codec.so PYTHONUNBUFFERED=1 \
+      timeout "${LCT_TRAIN_TIMEOUT:-480}" python3 tests/bench/train_compressed.py --model $model "${search[@]}" \
+      --out "$out/compressed" >"$out/compressed_$model.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && compressed_rc=$rc
+  done
   [[ $mps == on ]] && echo quit | nvidia-cuda-mps-control
 fi
 
@@ -150,6 +163,8 @@ printf '%-18s %s\n' "optimizer step" "rc=$step_rc mps=$mps"
 grep -a -A4 '^ *torch AdamW' "$out/step.log" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "train offload" "rc=$train_rc mps=$mps"
 grep -a -E '^ *(torch AdamW|step ms \(median, interleaved|step time vs)' "$out/train.log" 2>/dev/null | sed 's/^/    /'
+printf '%-18s %s\n' "lct.torch training" "rc=$compressed_rc"
+grep -a -h -E '^(gpt162m|qwen3-4b|baseline|lct|longest)' "$out"/compressed_*.log 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "soak" "rc=$soak_rc"
 grep -a -E '^(op |put|get|stat|list|delete|save|verified|lctd)' "$out/soak.txt" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "soak --chaos" "rc=$chaos_rc"
@@ -159,4 +174,5 @@ printf '%-18s %s\n' "results" "$out: $(cd "$out" && ls | paste -sd' ')"
    && ( $san_rc == 0 || $san_rc == skipped ) \
    && ( $train_rc == 0 || $train_rc == skipped ) && ( $step_rc == 0 || $step_rc == skipped ) \
    && ( $put_rc == 0 || $put_rc == skipped ) && ( $soak_rc == 0 || $soak_rc == skipped ) \
+   && ( $compressed_rc == 0 || $compressed_rc == skipped ) \
    && ( $chaos_rc == 0 || $chaos_rc == skipped ) ]]

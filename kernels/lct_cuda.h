@@ -36,7 +36,9 @@ typedef struct lct_cuda_codebook lct_cuda_codebook;
 LCT_API int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out);
 /* Replaces the contents of an existing device codebook with cb (any dtype),
  * ordered on stream after the work already queued there: encodes queued
- * before it use the old codebook, later ones the new. Allocates nothing. */
+ * before it use the old codebook, later ones the new. Allocates nothing, and
+ * does not wait for the stream: the upload leaves from the codebook's own
+ * pinned buffer (it waits only for its previous upload to have left it). */
 LCT_API int lct_cuda_codebook_set(lct_cuda_codebook *dcb, const lct_codebook *cb, cudaStream_t stream);
 /* Frees a device codebook; NULL is a no-op. No encode using it may be pending. */
 LCT_API void lct_cuda_codebook_destroy(lct_cuda_codebook *cb);

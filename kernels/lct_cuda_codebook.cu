@@ -31,8 +31,10 @@ int lct_cuda_codebook_create(const lct_codebook *cb, lct_cuda_codebook **out) {
   *out = NULL;
   lct_cuda_codebook *c = (lct_cuda_codebook *)calloc(1, sizeof *c);
   if (!c) return LCT_ENOMEM;
-  if (cudaMalloc((void **)&c->dev, sizeof *c->dev) != cudaSuccess) {
-    c->dev = NULL;
+  if (cudaMalloc((void **)&c->dev, sizeof *c->dev) != cudaSuccess) c->dev = NULL;
+  if (cudaMallocHost((void **)&c->staging, sizeof *c->staging) != cudaSuccess) c->staging = NULL;
+  if (cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming) != cudaSuccess) c->staged = NULL;
+  if (!c->dev || !c->staging || !c->staged) {
     lct_cuda_codebook_destroy(c);
     return LCT_ECUDA;
   }
@@ -51,14 +53,22 @@ int lct_cuda_codebook_set(lct_cuda_codebook *dcb, const lct_codebook *cb, cudaSt
   lct__dev_codebook h;
   int rc = lct__codebook_image(cb, &h);
   if (rc) return rc;
-  /* From pageable memory the copy is staged before the call returns, so h may go. */
-  if (cudaMemcpyAsync(dcb->dev, &h, sizeof h, cudaMemcpyHostToDevice, stream) != cudaSuccess) return LCT_ECUDA;
+  /* The previous upload must have left the staging buffer; it was queued long before, as a rule. */
+  if (dcb->uploading && cudaEventSynchronize(dcb->staged) != cudaSuccess) return LCT_ECUDA;
+  *dcb->staging = h;
+  if (cudaMemcpyAsync(dcb->dev, dcb->staging, sizeof h, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+      cudaEventRecord(dcb->staged, stream) != cudaSuccess)
+    return LCT_ECUDA;
+  dcb->uploading = true;
   dcb->dtype = cb->dtype;
   return 0;
 }
 
 void lct_cuda_codebook_destroy(lct_cuda_codebook *cb) {
   if (!cb) return;
+  if (cb->uploading) cudaEventSynchronize(cb->staged);
+  if (cb->staged) cudaEventDestroy(cb->staged);
+  if (cb->staging) cudaFreeHost(cb->staging);
   if (cb->dev) cudaFree(cb->dev);
   free(cb);
 }

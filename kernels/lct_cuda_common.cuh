@@ -117,6 +117,9 @@ struct lct__dev_codebook {
 struct lct_cuda_codebook {
   int dtype;
   lct__dev_codebook *dev;
+  lct__dev_codebook *staging; /* pinned: an upload from pageable memory could wait for the stream */
+  cudaEvent_t staged;         /* recorded after the last upload from staging */
+  bool uploading;             /* staged was recorded */
 };
 
 __host__ __device__ static inline uint64_t lct__pad4(uint64_t x) { return (x + 3) & ~(uint64_t)3; }

@@ -152,19 +152,30 @@ def run_mode(a):
 
     kinds = {}
 
-    def step(T):
+    def step(T, phase=lambda name: None):
         x, y = batch(T)
         acts = lt.compressed_activations(codec=codec, min_bytes=a.min_bytes) if a.child == "lct" else None
         with acts or contextlib.nullcontext(), autocast():
             loss = F.cross_entropy(model(x).float().view(-1, a.vocab), y.view(-1))
+        phase("forward")
         loss.backward()
+        phase("backward")
         grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        phase("optimizer")
         kinds["gradients"] = (grads, grads)
         if acts is not None:
             kinds["activations"] = (acts.raw_bytes, acts.blob_bytes)
         return loss.detach()
+
+    phase_peaks = {}
+
+    def phase(name):
+        """After the timed steps: each phase's peak of allocated memory (it waits for the GPU)."""
+        torch.cuda.synchronize()
+        phase_peaks[name] = torch.cuda.max_memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
 
     losses, times = [], []
     try:
@@ -179,6 +190,9 @@ def run_mode(a):
                 t1.synchronize()
                 if i >= a.warmup:
                     times.append(t0.elapsed_time(t1))
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(dev)
+            losses.append(step(a.context, phase))  # one more, untimed: where the memory peaks
             codec.verify()
         result["ok"] = True
     except torch.cuda.OutOfMemoryError as e:
@@ -196,7 +210,7 @@ def run_mode(a):
         result.update(peak_sum=peak.peak_sum, peak_self=peak.peak_by_pid.get(os.getpid(), 0),
                       peak_device=peak.peak_device, max_reserved=torch.cuda.max_memory_reserved(dev),
                       losses=[float(x).hex() for x in losses], step_ms=times, kinds=kinds, params=n_params,
-                      rebuilds=codec.rebuilds)
+                      rebuilds=codec.rebuilds, phase_peaks=phase_peaks)
         if a.cap_gib and a.contexts and peak.peak_sum > result["cap_bytes"]:
             result.update(ok=False, error=f"summed memory {peak.peak_sum} above the cap")
     with open(a.json, "w") as f:
@@ -241,6 +255,10 @@ def report(a, runs):
                              losses_bitwise=same)
         print(f"{mode:<11} {gib(r['peak_sum']):>14.3f} {mem:>+8.1%} {ms:>8.1f} {time:>+8.1%} "
               f"{'bitwise' if same else 'DIFFER':>9}")
+    for mode, r in runs.items():
+        if r.get("ok") and r.get("phase_peaks"):
+            print(f"  {mode}: peak allocated by phase: " + ", ".join(
+                f"{k} {gib(v):.2f} GiB" for k, v in r["phase_peaks"].items()))
     for mode, r in runs.items():
         if r.get("ok") and r.get("kinds"):
             print(f"  {mode}: " + ", ".join(

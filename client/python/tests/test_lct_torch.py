@@ -130,7 +130,8 @@ class TestTraining(unittest.TestCase):
         losses, saved = [], []
         for _ in range(steps):
             if activations:
-                with lt.compressed_activations(codec=lt.Codec(), min_bytes=1024, batch_bytes=64 << 10) as ctx:
+                with lt.compressed_activations(codec=lt.Codec(), min_bytes=1024, batch_bytes=64 << 10,
+                                               prefetch_bytes=48 << 10) as ctx:
                     loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
                 saved.append((ctx.tensors, ctx.raw_bytes, ctx.blob_bytes))
             else:

@@ -90,7 +90,7 @@ class Codec:
     a training step) and queues without blocking; verify() reports a blob that failed its checks.
     """
 
-    def __init__(self, drift=DRIFT, piece_bytes=64 << 20, inflight_bytes=512 << 20):
+    def __init__(self, drift=DRIFT, piece_bytes=64 << 20, inflight_bytes=1 << 30):
         self.drift, self.piece_bytes, self.inflight_bytes = drift, piece_bytes, inflight_bytes
         self._books = {}
         self._launches = collections.deque()  # encodes whose blobs are still in scratch, oldest first

@@ -9,16 +9,20 @@ from ._codec import CODED, default_codec, layout
 
 
 class _Activation(_saved.Handle):
-    """A saved tensor: raw until its batch is encoded, then its blob."""
-    __slots__ = ("codec", "raw", "packed", "__weakref__")
+    """A saved tensor: raw until its batch is encoded, then its blob (and, once prefetched, its decoded value
+    until backward takes it)."""
+    __slots__ = ("owner", "index", "raw", "packed", "decoded", "__weakref__")
 
-    def __init__(self, codec, raw):
-        self.codec, self.raw, self.packed = codec, raw, None
+    def __init__(self, owner, index, raw):
+        self.owner, self.index, self.raw, self.packed, self.decoded = owner, index, raw, None, None
 
     def unpack(self):
         if self.raw is not None:  # backward before the batch was encoded
             return self.raw
-        return self.codec.decode([self.packed])[0]
+        if self.decoded is None:
+            self.owner._prefetch(self)
+        t, self.decoded = self.decoded, None
+        return t
 
 
 class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
@@ -31,22 +35,24 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
             loss = model(x)
         loss.backward()
 
-    Saved tensors are encoded in batches of batch_bytes (one GPU launch and one wait each), and the rest when
-    the context exits: until then a saved tensor stays as it is, so memory exceeds what the blobs take by at
-    most one batch. The n-th saved tensor of a forward pass has its own codebook (one role per position, kept
+    Saved tensors are encoded in batches of batch_bytes, and the rest when the context exits: until then a
+    saved tensor stays as it is, so memory exceeds what the blobs take by at most one batch (and the codec's
+    scratch in flight). When backward needs a saved tensor, it is decoded together with the ones saved just
+    before it, up to prefetch_bytes, in one launch. The n-th saved tensor of a forward pass has its own codebook (one role per position, kept
     by the codec across steps), so enter the context once per forward pass. Parameters held by a
     CompressedParameters are saved as references to their blobs instead.
     """
 
-    def __init__(self, codec=None, min_bytes=1 << 20, batch_bytes=256 << 20):
+    def __init__(self, codec=None, min_bytes=1 << 20, batch_bytes=256 << 20, prefetch_bytes=256 << 20):
         self.codec = codec or default_codec()
-        self.min_bytes, self.batch_bytes = min_bytes, batch_bytes
+        self.min_bytes, self.batch_bytes, self.prefetch_bytes = min_bytes, batch_bytes, prefetch_bytes
         self._pending, self._pending_bytes, self._ordinal = [], 0, 0
+        self._saved = []  # weak references to this pass's saved tensors, in the order they were saved
         self.tensors, self._totals = 0, (0, 0)
         super().__init__(self.pack, _saved.unpack)
 
     def __enter__(self):
-        self._ordinal = 0
+        self._ordinal, self._saved = 0, []
         self.tensors, self._totals = 0, tuple(self.codec.totals["activation"])
         _saved.activation_stack().append(self)
         super().__enter__()
@@ -75,8 +81,9 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
             return handle
         if not self.eligible(t):
             return t
-        saved = _Activation(self.codec, t)
-        self._pending.append((weakref.ref(saved), ("activation", self._ordinal, str(t.dtype))))
+        saved = _Activation(self, len(self._saved), t)
+        self._saved.append(weakref.ref(saved))
+        self._pending.append((self._saved[-1], ("activation", self._ordinal, str(t.dtype))))
         self._ordinal += 1
         self._pending_bytes += t.numel() * t.element_size()
         if self._pending_bytes >= self.batch_bytes:
@@ -93,6 +100,21 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         for (saved, _), p in zip(live, packed):
             saved.packed, saved.raw = p, None
         self.tensors += len(live)
+
+    def _prefetch(self, first):
+        """Decodes `first` and, in the same launch, the tensors saved just before it that backward still holds,
+        up to prefetch_bytes: backward takes saved tensors roughly in the reverse order of the forward pass."""
+        batch, size = [first], first.packed.raw_bytes
+        for ref in reversed(self._saved[:first.index]):
+            saved = ref()
+            if saved is None or saved.packed is None or saved.decoded is not None:
+                continue
+            if size + saved.packed.raw_bytes > self.prefetch_bytes:
+                break
+            batch.append(saved)
+            size += saved.packed.raw_bytes
+        for saved, t in zip(batch, self.codec.decode([s.packed for s in batch])):
+            saved.decoded = t
 
     def _encoded(self):
         self.codec.wait()

@@ -120,16 +120,11 @@ if [[ -z ${LCT_SKIP_TRAIN:-} ]]; then
   LCT_LIBRARY=$build/lib/liblct.so PYTHONUNBUFFERED=1 timeout "${LCT_TRAIN_TIMEOUT:-480}" \
     python3 tests/bench/train_offload.py --lctd "$build/bin/lctd" --out "$out/train" >"$out/train.log" 2>&1
   train_rc=$?
-  compressed_rc=0
   # lct.torch in the training loop (no lctd): the 162M GPT, and the Qwen3-4B-shaped model with its context search.
-  for model in gpt162m qwen3-4b; do
-    [[ $model == qwen3-4b ]] && search=(--contexts 2048,3072,4096,6144,8192) || search=()
-    LCT_LIBRARY=$build/lib/liblct.so LCT_CODEC_LIBRARY=$build/lib/liblct_codec.so PYTHONUNBUFFERED=1 \
-      timeout "${LCT_TRAIN_TIMEOUT:-480}" python3 tests/bench/train_compressed.py --model $model "${search[@]}" \
-      --out "$out/compressed" >"$out/compressed_$model.log" 2>&1
-    rc=$?
-    [[ $rc -ne 0 ]] && compressed_rc=$rc
-  done
+  LCT_LIBRARY=$build/lib/liblct.so LCT_CODEC_LIBRARY=$build/lib/liblct_codec.so PYTHONUNBUFFERED=1 \
+    timeout "${LCT_TRAIN_TIMEOUT:-480}" python3 tests/bench/train_compressed.py --out "$out/compressed" \
+    >"$out/compressed.log" 2>&1
+  compressed_rc=$?
   [[ $mps == on ]] && echo quit | nvidia-cuda-mps-control
 fi
 
@@ -164,7 +159,7 @@ grep -a -A4 '^ *torch AdamW' "$out/step.log" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "train offload" "rc=$train_rc mps=$mps"
 grep -a -E '^ *(torch AdamW|step ms \(median, interleaved|step time vs)' "$out/train.log" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "lct.torch training" "rc=$compressed_rc"
-grep -a -h -E '^(gpt162m|qwen3-4b|baseline|lct|longest)' "$out"/compressed_*.log 2>/dev/null | sed 's/^/    /'
+grep -a -E '^(gpt162m|qwen3-4b|baseline|lct|longest)' "$out/compressed.log" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "soak" "rc=$soak_rc"
 grep -a -E '^(op |put|get|stat|list|delete|save|verified|lctd)' "$out/soak.txt" 2>/dev/null | sed 's/^/    /'
 printf '%-18s %s\n' "soak --chaos" "rc=$chaos_rc"

@@ -15,7 +15,7 @@ device memory as the GPU sees it (NVML, summed over every process on the GPU).
 Each mode runs in a process of its own, so that NVML's per-process figures are its alone. The text is the
 Python sources of the installed torch. Needs a CUDA GPU, torch 2 and liblct_codec built with CUDA:
 
-    tests/bench/train_compressed.py --model gpt162m --out results/
+    tests/bench/train_compressed.py --out results/            # both models; --model picks one
 """
 import argparse
 import contextlib
@@ -39,7 +39,8 @@ LR, BETAS, WD = 3e-4, (0.9, 0.95), 0.1
 
 def parse():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=MODELS, default="gpt162m")
+    ap.add_argument("--model", choices=list(MODELS) + ["all"], default="all",
+                    help="all: both, the Qwen3-4B-shaped one with its context search (--contexts, default below)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--context", type=int)
     ap.add_argument("--batch", type=int)
@@ -53,6 +54,8 @@ def parse():
     ap.add_argument("--child", help=argparse.SUPPRESS)  # a mode, run in this process
     ap.add_argument("--json", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.model == "all":
+        return a
     for k, v in MODELS[a.model].items():
         if getattr(a, k, None) is None:
             setattr(a, k, v)
@@ -269,6 +272,13 @@ def report(a, runs):
 
 def main():
     a = parse()
+    if a.model == "all":  # each model in a run of its own, with its own defaults
+        rc = 0
+        for model, extra in (("gpt162m", []), ("qwen3-4b", ["--contexts", a.contexts or "2048,3072,4096,6144,8192"])):
+            rc |= subprocess.run([sys.executable, __file__, "--model", model, "--out", a.out, "--cap-gib",
+                                  str(a.cap_gib), "--min-bytes", str(a.min_bytes), "--alloc-conf", a.alloc_conf]
+                                 + extra).returncode
+        return rc
     if a.child:
         return run_mode(a)
     os.makedirs(a.out, exist_ok=True)

@@ -130,6 +130,9 @@ LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tenso
  * (LCT_EDTYPE, LCT_ESIZE), that are malformed anywhere (LCT_ECORRUPT), or
  * whose data does not match checksum (LCT_ECHECKSUM); an lctd too old to
  * take blobs is LCT_EOP, unsent. */
+/* The CRC-32C (Castagnoli) of len bytes, continuing crc (0 to start): the
+ * checksum an encoded put declares for its raw tensor. */
+LCT_API uint32_t lct_checksum(uint32_t crc, const void *bytes, size_t len);
 LCT_API int lct_put_encoded(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
                             uint32_t checksum, const void *blobs, size_t len, lct_tensor_info *info);
 /* The stored blobs of key, back to back in a buffer liblct allocates (*len

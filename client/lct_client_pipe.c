@@ -237,6 +237,8 @@ int lct_put_stream_commit(lct_put_stream *s, lct_tensor_info *info) {
 
 /* ---- encoded tensors ---------------------------------------------------- */
 
+uint32_t lct_checksum(uint32_t crc, const void *bytes, size_t len) { return lct_crc32c(crc, bytes, len); }
+
 uint64_t lct_segment_bytes(const lct_client *c) { return c != NULL ? c->segment_bytes : 0; }
 
 int lct_put_encoded(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,

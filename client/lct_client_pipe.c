@@ -329,7 +329,10 @@ int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, l
   rq.key = (ProtobufCBinaryData){klen, (uint8_t *)key};
   rq.has_encoded = rq.encoded = 1;
   rq.has_offset = 1;
-  /* The first reply: as many blobs as a frame holds; it shows the layout. */
+  /* The first reply: whole segments within 63/64 of a frame of raw bytes, which their blobs' headers
+   * cannot take past a frame (FORMAT.md's bound); it shows the layout. */
+  rq.has_length = 1;
+  rq.length = c->frame - c->frame / 64;
   lct__reply first;
   int rc = lct__call(c, &rq, NULL, 0, &first);
   if (rc != 0)
@@ -377,7 +380,6 @@ int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, l
   lct__window_init(c, &w);
   rq.has_version = 1;
   rq.version = g.version;
-  rq.has_length = 1;
   rq.length = g.stride;
   for (size_t k = 1; k < n && rc == 0; k++) {
     size_t slot;

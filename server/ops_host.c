@@ -385,7 +385,7 @@ static lct__entry *lct__find_to_read(lct__request *rq) {
 }
 
 /* GET with encoded: the stored blobs of whole segments from off, as many as
- * a frame holds (at least one) until length raw bytes are covered. */
+ * a frame holds and length covers (at least one). */
 static void lct__op_get_encoded(lct__request *rq, lct__entry *e, uint64_t off) {
   lct__server *srv = rq->srv;
   const Lctpb__Request *h = rq->hdr;
@@ -398,7 +398,7 @@ static void lct__op_get_encoded(lct__request *rq, lct__entry *e, uint64_t off) {
   }
   uint64_t want = h->has_length ? h->length : UINT64_MAX, covered = 0, bytes = 0;
   size_t n = 0;
-  while (first + n < e->n_segments && covered < want) {
+  while (first + n < e->n_segments && (n == 0 || e->segments[first + n].raw_bytes <= want - covered)) {
     const lct__segment *sg = &e->segments[first + n];
     if (bytes + sg->blob_bytes > srv->cfg.frame_size) {
       if (n == 0) {

@@ -115,9 +115,9 @@ LCT_API int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_t
 /* Same, into a buffer of info->raw_bytes bytes that liblct allocates (free with lct_free()). */
 LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
 
-/* Large tensors travel in frames with several requests in flight (up to 8
- * and 48 MiB per connection, within lctd's per-connection bounds), spread
- * over lct_options.connections connections.
+/* Large tensors travel in frames, spread over lct_options.connections
+ * connections, one request in flight at a time (lctd's nanomsg socket drops
+ * a reply that overlaps an earlier one on its connection).
  *
  * Encoded tensors: the bytes on the wire are blobs of proto/FORMAT.md, which
  * lctd validates in full and stores as sent (no encode on its side), and
@@ -143,6 +143,9 @@ LCT_API int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t
 /* The most raw bytes one blob of an encoded put may hold (lctd's
  * segment_size); 0 when lctd takes no blobs. */
 LCT_API uint64_t lct_segment_bytes(const lct_client *c);
+/* The payload bytes per message this client sends and accepts (its frame,
+ * lowered to lctd's). */
+LCT_API size_t lct_frame_bytes(const lct_client *c);
 
 /* A put written as it is produced: raw bytes (encoded 0) or whole blobs
  * (encoded 1, laid out as for lct_put_encoded) in order, each write sent at
@@ -275,14 +278,11 @@ LCT_API int lct_job_wait(lct_job *job, size_t *failed);
 LCT_API const char *lct_job_error(const lct_job *job);
 LCT_API void lct_job_free(lct_job *job);
 
-/* Host puts and gets in the background, several in flight: lct_submit_put
+/* Host puts and gets in the background: lct_submit_put
  * queues a lct_put, lct_submit_get a lct_get, on the client's job thread
  * (the queue of the device jobs above, with the same rules: `after`, waits,
  * errors, lct_close; data, buf and info stay valid until the job has
- * finished). The thread sends queued tensors that fit in a frame together,
- * up to the window of requests in flight, before it waits for their
- * replies, so that small requests overlap their round trips; larger ones run
- * one after another, pipelined frame by frame. */
+ * finished), one after another, while the caller goes on. */
 LCT_API int lct_submit_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
                            const void *data, size_t bytes, lct_tensor_info *info, lct_job *after, lct_job **job);
 LCT_API int lct_submit_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info,

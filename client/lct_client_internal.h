@@ -109,9 +109,11 @@ int lct__reply_status(lct_client *c, lct__reply *r);
 int lct__key_of(lct_client *c, const char *key, Lctpb__Request *rq);
 
 /* Requests and their bytes in flight on one connection of a pipelined
- * transfer: within lctd's default bounds per connection (16 requests, 64
- * MiB), so that none is refused with LCT_EBUSY. */
-#define LCT__WINDOW_REQUESTS 8
+ * transfer. One: lctd's raw REP socket drops a reply to a connection that is
+ * still sending an earlier one (nanomsg 1.1.5), so replies must not overlap
+ * until lctd queues them per connection. The bytes stay within lctd's
+ * default bounds per connection (64 MiB). */
+#define LCT__WINDOW_REQUESTS 1
 #define LCT__WINDOW_BYTES (48u << 20)
 #define LCT__CONNECTIONS_MAX 16
 

@@ -241,6 +241,8 @@ uint32_t lct_checksum(uint32_t crc, const void *bytes, size_t len) { return lct_
 
 uint64_t lct_segment_bytes(const lct_client *c) { return c != NULL ? c->segment_bytes : 0; }
 
+size_t lct_frame_bytes(const lct_client *c) { return c != NULL ? c->frame : 0; }
+
 int lct_put_encoded(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
                     uint32_t checksum, const void *blobs, size_t len, lct_tensor_info *info) {
   if (blobs == NULL && len > 0)

@@ -55,6 +55,13 @@ typedef struct lct_options {
                              with LCT_EACCES */
   int save_timeout_ms;    /* for lct_save, which takes as long as lctd's disk needs; 0 or negative: no
                              limit (the default: a lost lctd still ends it) */
+  int host_path;          /* 1: the host path only, as a client on another host: the device calls copy through
+                             host memory and every byte crosses the socket (what a remote trainer measures on
+                             lctd's own host); 0: $LCT_HOST_PATH ("1" sets it), else device to device where lctd
+                             can */
+  int connections;        /* connections to lctd that the frames of a large tensor spread over, each with
+                             requests in flight; 0: $LCT_CONNECTIONS, else 1; at most 16. More than one only
+                             without a token (each connection would authenticate apart): else LCT_EINVAL */
 } lct_options;
 
 /* Sets every field to its default (0 or NULL, as each says) and o->size.
@@ -107,6 +114,54 @@ LCT_API int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint6
 LCT_API int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info);
 /* Same, into a buffer of info->raw_bytes bytes that liblct allocates (free with lct_free()). */
 LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
+
+/* Large tensors travel in frames, spread over lct_options.connections
+ * connections, one request in flight at a time (lctd's nanomsg socket drops
+ * a reply that overlaps an earlier one on its connection).
+ *
+ * Encoded tensors: the bytes on the wire are blobs of proto/FORMAT.md, which
+ * lctd validates in full and stores as sent (no encode on its side), and
+ * sends back as stored; liblct does not code them (the codec library, the
+ * `lct` tool and the Python binding do). A tensor's blobs lie back to back:
+ * every blob but the last holds the same number of raw bytes, a multiple of
+ * 64 KiB of at most lct_segment_bytes(c), the last the rest (an empty tensor
+ * is one empty blob); each must fit in a frame. checksum is the CRC-32C of
+ * the raw tensor. lctd refuses blobs that disagree with dtype and shape
+ * (LCT_EDTYPE, LCT_ESIZE), that are malformed anywhere (LCT_ECORRUPT), or
+ * whose data does not match checksum (LCT_ECHECKSUM); an lctd too old to
+ * take blobs is LCT_EOP, unsent. */
+/* The CRC-32C (Castagnoli) of len bytes, continuing crc (0 to start): the
+ * checksum an encoded put declares for its raw tensor. */
+LCT_API uint32_t lct_checksum(uint32_t crc, const void *bytes, size_t len);
+LCT_API int lct_put_encoded(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
+                            uint32_t checksum, const void *blobs, size_t len, lct_tensor_info *info);
+/* The stored blobs of key, back to back in a buffer liblct allocates (*len
+ * bytes; free with lct_free()); info (not NULL) says what they hold. A
+ * reader decodes each blob and checks the CRC-32C of the result against
+ * info->checksum. */
+LCT_API int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, lct_tensor_info *info);
+/* The most raw bytes one blob of an encoded put may hold (lctd's
+ * segment_size); 0 when lctd takes no blobs. */
+LCT_API uint64_t lct_segment_bytes(const lct_client *c);
+/* The payload bytes per message this client sends and accepts (its frame,
+ * lowered to lctd's). */
+LCT_API size_t lct_frame_bytes(const lct_client *c);
+
+/* A put written as it is produced: raw bytes (encoded 0) or whole blobs
+ * (encoded 1, laid out as for lct_put_encoded) in order, each write sent at
+ * once with earlier ones still in flight, so that the caller produces the
+ * next piece (encodes it, say) while the last travels. The caller's bytes
+ * may be reused when a write returns. Nothing is visible until
+ * lct_put_stream_commit, which stores the tensor atomically (checksum as for
+ * lct_put_encoded; for raw bytes lctd checks it too) and frees the stream;
+ * lct_put_stream_abort drops it. The client serves nothing else meanwhile.
+ * A write's error ends the stream: commit or abort it to free it. */
+typedef struct lct_put_stream lct_put_stream;
+LCT_API int lct_put_stream_open(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
+                                uint32_t checksum, int encoded, lct_put_stream **out);
+LCT_API int lct_put_stream_write(lct_put_stream *s, const void *bytes, size_t len);
+LCT_API int lct_put_stream_commit(lct_put_stream *s, lct_tensor_info *info);
+LCT_API void lct_put_stream_abort(lct_put_stream *s);
 
 /* GPU buffers. lct_put_device and lct_get_device take a pointer into CUDA
  * device memory (cudaMalloc'd, directly or through an allocator such as
@@ -222,6 +277,16 @@ LCT_API int lct_submit_get_device_many(lct_client *c, const lct_device_tensor *t
 LCT_API int lct_job_wait(lct_job *job, size_t *failed);
 LCT_API const char *lct_job_error(const lct_job *job);
 LCT_API void lct_job_free(lct_job *job);
+
+/* Host puts and gets in the background: lct_submit_put
+ * queues a lct_put, lct_submit_get a lct_get, on the client's job thread
+ * (the queue of the device jobs above, with the same rules: `after`, waits,
+ * errors, lct_close; data, buf and info stay valid until the job has
+ * finished), one after another, while the caller goes on. */
+LCT_API int lct_submit_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
+                           const void *data, size_t bytes, lct_tensor_info *info, lct_job *after, lct_job **job);
+LCT_API int lct_submit_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info,
+                           lct_job *after, lct_job **job);
 
 /* LCT_ENOENT if the key does not exist. */
 LCT_API int lct_delete(lct_client *c, const char *key);

@@ -79,11 +79,12 @@ static uint32_t lct__reply_id(const struct nn_msghdr *mh) {
  * with *lost 0 when no connection stood for grace_ms so nothing was sent, 1
  * when the connection it went out on broke. Sets c->err, and on a reply
  * c->breaks_seen. */
-static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int timeout_ms, int *lost, void **msg,
-                         int *len) {
-  uint64_t start = lct__now_ms(), up = start;
-  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms;
-  uint32_t id = ++c->request_id | 0x80000000u; /* the top bit ends an SP backtrace */
+/* Sends one message under a new request id (*id), waiting for a connection
+ * as lct__exchange says. 0, LCT_ECONN or LCT_ETIMEDOUT with c->err. */
+static int lct__send(lct_client *c, struct nn_iovec *iov, int niov, uint64_t start, uint64_t deadline, int timeout_ms,
+                     uint32_t *id) {
+  uint64_t up = start;
+  *id = ++c->request_id | 0x80000000u; /* the top bit ends an SP backtrace */
   union {
     struct nn_cmsghdr h;
     uint8_t bytes[NN_CMSG_SPACE(sizeof(size_t) + 4)];
@@ -96,14 +97,11 @@ static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int time
   uint8_t *p = NN_CMSG_DATA(&ctl.h);
   memcpy(p, &spsz, sizeof spsz);
   p += sizeof spsz;
-  p[0] = (uint8_t)(id >> 24), p[1] = (uint8_t)(id >> 16), p[2] = (uint8_t)(id >> 8), p[3] = (uint8_t)id;
+  p[0] = (uint8_t)(*id >> 24), p[1] = (uint8_t)(*id >> 16), p[2] = (uint8_t)(*id >> 8), p[3] = (uint8_t)*id;
   struct nn_msghdr mh = {.msg_iov = iov, .msg_iovlen = niov, .msg_control = &ctl, .msg_controllen = sizeof ctl};
-  *lost = 0;
-  /* Counted before the send: a break after it is this request's loss. */
-  uint64_t breaks = lct__breaks(c);
   for (;;) {
     if (nn_sendmsg(c->sock, &mh, 0) >= 0)
-      break;
+      return 0;
     int e = nn_errno();
     if (e == EINTR)
       continue;
@@ -118,6 +116,14 @@ static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int time
     if (now >= deadline)
       return lct__fail(c, LCT_ETIMEDOUT, "the request could not be sent within %d ms", timeout_ms);
   }
+}
+
+/* Waits for the reply to one of the n requests ids (0: done with), in
+ * slices, until deadline: 0 with *which, *msg and *len; LCT_ECONN with *lost
+ * when a connection broke since breaks was counted (before the first of them
+ * went out), LCT_ETIMEDOUT. A reply to another request is dropped. */
+static int lct__await(lct_client *c, const uint32_t *ids, size_t n, uint64_t breaks, uint64_t deadline,
+                      int timeout_ms, int *lost, size_t *which, void **msg, int *len) {
   for (;;) {
     void *m = NULL;
     union {
@@ -127,13 +133,16 @@ static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int time
     memset(&rctl, 0, sizeof rctl);
     struct nn_iovec riov = {&m, NN_MSG};
     struct nn_msghdr rmh = {.msg_iov = &riov, .msg_iovlen = 1, .msg_control = &rctl, .msg_controllen = sizeof rctl};
-    int n = nn_recvmsg(c->sock, &rmh, 0);
-    if (n >= 0) {
-      if (lct__reply_id(&rmh) == id) {
-        c->breaks_seen = breaks;
-        *msg = m;
-        *len = n;
-        return 0;
+    int got = nn_recvmsg(c->sock, &rmh, 0);
+    if (got >= 0) {
+      uint32_t id = lct__reply_id(&rmh);
+      for (size_t i = 0; i < n; i++) {
+        if (id != 0 && ids[i] == id) {
+          *which = i;
+          *msg = m;
+          *len = got;
+          return 0;
+        }
       }
       nn_freemsg(m);
       continue;
@@ -150,6 +159,32 @@ static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int time
     if (lct__now_ms() >= deadline)
       return lct__fail(c, LCT_ETIMEDOUT, "no reply within %d ms", timeout_ms);
   }
+}
+
+static uint64_t lct__deadline(uint64_t start, int timeout_ms) {
+  return timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms;
+}
+
+/* Sends one message and waits for its reply, in slices of LCT__SLICE_MS so
+ * that a broken connection ends the wait. The socket is raw: nothing is ever
+ * sent again behind the caller's back, and a reply is matched to its request
+ * by the id in its SP header (a late one to an earlier request is dropped).
+ * 0 with *msg and *len; LCT_ETIMEDOUT after timeout_ms (< 0: none); LCT_ECONN
+ * with *lost 0 when no connection stood for grace_ms so nothing was sent, 1
+ * when the connection it went out on broke. Sets c->err, and on a reply
+ * c->breaks_seen. */
+static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int timeout_ms, int *lost, void **msg,
+                         int *len) {
+  uint64_t start = lct__now_ms(), deadline = lct__deadline(start, timeout_ms);
+  *lost = 0;
+  /* Counted before the send: a break after it is this request's loss. */
+  uint64_t breaks = lct__breaks(c);
+  uint32_t id;
+  size_t which;
+  int rc = lct__send(c, iov, niov, start, deadline, timeout_ms, &id);
+  if (rc == 0 && (rc = lct__await(c, &id, 1, breaks, deadline, timeout_ms, lost, &which, msg, len)) == 0)
+    c->breaks_seen = breaks;
+  return rc;
 }
 
 /* Packs the frame prefix and rq's header into c->hdr; its length in *len. */
@@ -391,6 +426,55 @@ int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t ple
   return lct__call_within(c, rq, payload, plen, c->timeout_ms, out);
 }
 
+int lct__post(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, uint32_t *id) {
+  size_t len;
+  int rc = lct__pack(c, rq, plen, &len);
+  if (rc != 0)
+    return rc;
+  struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
+  uint64_t start = lct__now_ms();
+  return lct__send(c, iov, plen > 0 ? 2 : 1, start, lct__deadline(start, c->timeout_ms), c->timeout_ms, id);
+}
+
+int lct__collect(lct_client *c, const uint32_t *ids, size_t n, size_t *which, lct__reply *out) {
+  memset(out, 0, sizeof *out);
+  int lost = 0, len = 0;
+  void *msg = NULL;
+  int rc = lct__await(c, ids, n, c->breaks_seen, lct__deadline(lct__now_ms(), c->timeout_ms), c->timeout_ms, &lost,
+                      which, &msg, &len);
+  if (rc != 0)
+    return lost ? lct__fail(c, rc, "the connection to lctd broke with requests in flight: they may or may not "
+                            "have run") : rc;
+  lct_wire_frame f;
+  rc = lct_wire_split(msg, (size_t)len, &f);
+  if (rc == 0)
+    rc = lct_wire_reply_parse(&f, &out->hdr);
+  if (rc != 0) {
+    nn_freemsg(msg);
+    return lct__fail(c, rc, "malformed reply from the server");
+  }
+  out->msg = msg;
+  out->payload = f.payload;
+  out->payload_len = f.payload_len;
+  if (out->hdr->has_instance && out->hdr->instance != c->instance) {
+    uint64_t was = c->instance;
+    c->instance = out->hdr->instance;
+    lct__reply_free(out);
+    return lct__fail(c, LCT_ERESTARTED, "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 ") while "
+                     "requests were in flight", c->instance, was);
+  }
+  return 0;
+}
+
+int lct__reply_status(lct_client *c, lct__reply *r) {
+  return r->hdr->status == 0 ? 0 : lct__status_fail(c, r, "");
+}
+
+int lct__pipeline_ready(const lct_client *c) {
+  return lct__breaks(c) == c->breaks_seen && (c->token_len == 0 || (c->authenticated && lct__breaks(c) == c->auth_breaks));
+}
+
+
 static int lct__key(lct_client *c, const char *key, Lctpb__Request *rq) {
   size_t len = key != NULL ? strlen(key) : 0;
   if (lct_wire_key_check((const uint8_t *)key, len) != 0)
@@ -400,6 +484,8 @@ static int lct__key(lct_client *c, const char *key, Lctpb__Request *rq) {
   rq->key.len = len;
   return 0;
 }
+
+int lct__key_of(lct_client *c, const char *key, Lctpb__Request *rq) { return lct__key(c, key, rq); }
 
 void lct__info_of(const Lctpb__TensorMeta *m, lct_tensor_info *info) {
   memset(info, 0, sizeof *info);
@@ -437,6 +523,15 @@ static int lct__options_read(const lct_options *opts, lct_options *o) {
   return 0;
 }
 
+/* n connections to the endpoint on one socket: nanomsg spreads the requests
+ * over them, each its own stream. */
+static int lct__connect_all(int sock, const char *endpoint, int n) {
+  for (int i = 0; i < n; i++)
+    if (nn_connect(sock, endpoint) < 0)
+      return -1;
+  return 0;
+}
+
 int lct_connect(const lct_options *opts, lct_client **out) {
   lct_options o;
   if (lct__options_read(opts, &o) != 0)
@@ -452,11 +547,19 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   size_t frame = o.frame_bytes == 0 ? LCT_FRAME_DEFAULT : o.frame_bytes;
   if (frame < LCT_FRAME_MIN || frame > LCT_FRAME_MAX)
     return LCT_EINVAL;
+  const char *env = getenv("LCT_HOST_PATH");
+  int host_path = o.host_path != 0 || (env != NULL && strcmp(env, "1") == 0);
+  env = getenv("LCT_CONNECTIONS");
+  int connections = o.connections != 0 ? o.connections : env != NULL && *env != '\0' ? atoi(env) : 1;
+  if (connections < 1 || connections > LCT__CONNECTIONS_MAX)
+    return LCT_EINVAL;
 
   lct_client *c = calloc(1, sizeof *c);
   if (c == NULL)
     return LCT_ENOMEM;
   c->frame = frame;
+  c->host_path = host_path;
+  c->connections = connections;
   /* The first ping may wait the whole connect timeout for lctd to come up. */
   c->timeout_ms = c->grace_ms = connect_timeout;
   const char *token_file = o.auth_token_file != NULL ? o.auth_token_file : getenv("LCT_AUTH_TOKEN_FILE");
@@ -465,6 +568,11 @@ int lct_connect(const lct_options *opts, lct_client **out) {
     sodium_memzero(c->token, sizeof c->token);
     free(c);
     return LCT_EACCES;
+  }
+  if (connections > 1 && c->token_len > 0) { /* each connection would authenticate apart */
+    sodium_memzero(c->token, sizeof c->token);
+    free(c);
+    return LCT_EINVAL;
   }
   int max_msg = lct_wire_msg_max(frame);
   int one = 1, buf = LCT__SOCKET_BUFFER, slice = LCT__SLICE_MS;
@@ -481,7 +589,7 @@ int lct_connect(const lct_options *opts, lct_client **out) {
       nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &slice, sizeof slice) < 0 ||
       (strncmp(o.endpoint, "tcp://", 6) == 0 &&
        nn_setsockopt(c->sock, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0) ||
-      nn_connect(c->sock, o.endpoint) < 0) {
+      lct__connect_all(c->sock, o.endpoint, connections) < 0) {
     nn_close(c->sock);
     free(c);
     return LCT_EINVAL;
@@ -532,6 +640,7 @@ int lct_ping(lct_client *c, lct_server_info *info) {
     lct__reply_free(&r);
     return lct__fail(c, LCT_EPROTO, "ping reply without server info");
   }
+  c->segment_bytes = si->has_segment_bytes ? si->segment_bytes : 0;
   if (info != NULL) {
     memset(info, 0, sizeof *info);
     snprintf(info->server, sizeof info->server, "%s", si->server);
@@ -578,44 +687,15 @@ int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *sha
     if ((rc = lct__call(c, &rq, data, bytes, &r)) != 0)
       return rc;
   } else {
-    rq.op = LCTPB__OP__OP_PUT_BEGIN;
-    if ((rc = lct__call(c, &rq, NULL, 0, &r)) != 0)
+    /* Frames pipelined: the next one travels while lctd takes the last. */
+    lct_put_stream *s;
+    if ((rc = lct_put_stream_open(c, key, dtype, shape, ndim, m.checksum, 0, &s)) != 0)
       return rc;
-    if (!r.hdr->has_put_id) {
-      lct__reply_free(&r);
-      return lct__fail(c, LCT_EPROTO, "put-begin reply without a put id");
-    }
-    Lctpb__Request ch = LCTPB__REQUEST__INIT;
-    ch.has_put_id = 1;
-    ch.put_id = r.hdr->put_id;
-    lct__reply_free(&r);
-    ch.op = LCTPB__OP__OP_PUT_CHUNK;
-    ch.has_offset = 1;
-    for (size_t off = 0; off < bytes; off += c->frame) {
-      size_t n = bytes - off < c->frame ? bytes - off : c->frame;
-      ch.offset = off;
-      if ((rc = lct__call(c, &ch, (const uint8_t *)data + off, n, &r)) != 0)
-        break;
-      lct__reply_free(&r);
-    }
-    if (rc == 0) {
-      ch.op = LCTPB__OP__OP_PUT_COMMIT;
-      ch.has_offset = 0;
-      rc = lct__call(c, &ch, NULL, 0, &r);
-    }
-    if (rc != 0) {
-      /* Best effort: free the server's staging now rather than at put-timeout. */
-      char saved[sizeof c->err];
-      memcpy(saved, c->err, sizeof saved);
-      lct__reply abort_reply;
-      ch.op = LCTPB__OP__OP_PUT_ABORT;
-      ch.has_offset = 0;
-      if (rc != LCT_ETIMEDOUT && rc != LCT_ECONN && rc != LCT_ERESTARTED &&
-          lct__call(c, &ch, NULL, 0, &abort_reply) == 0)
-        lct__reply_free(&abort_reply);
-      memcpy(c->err, saved, sizeof saved);
+    if ((rc = lct_put_stream_write(s, data, bytes)) != 0) {
+      lct_put_stream_abort(s);
       return rc;
     }
+    return lct_put_stream_commit(s, info);
   }
   if (info != NULL)
     lct__info_of(r.hdr->meta, info);
@@ -625,8 +705,36 @@ int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *sha
 
 /* ---- get ---------------------------------------------------------------- */
 
-/* Reads the whole tensor, frame by frame. With alloc, *data receives a new
- * buffer; else the bytes go to buf (cap bytes). */
+/* The ranges of a get after its first, in flight together. */
+typedef struct lct__ranges {
+  lct_client *c;
+  uint8_t *dst;
+  uint64_t first, total, version; /* raw bytes of the first reply; the tensor's */
+  uint32_t *crcs;                 /* per range after the first */
+  size_t slot_range[LCT__WINDOW_REQUESTS * LCT__CONNECTIONS_MAX];
+} lct__ranges;
+
+static uint64_t lct__range_at(const lct__ranges *g, size_t k) { return g->first + (uint64_t)k * g->c->frame; }
+
+static int lct__range_take(void *arg, size_t slot, lct__reply *r) {
+  lct__ranges *g = arg;
+  size_t k = g->slot_range[slot];
+  int rc = lct__reply_status(g->c, r);
+  if (rc != 0)
+    return rc;
+  uint64_t at = lct__range_at(g, k), want = g->total - at < g->c->frame ? g->total - at : g->c->frame;
+  const Lctpb__TensorMeta *m = r->hdr->meta;
+  if (m == NULL || !r->hdr->has_offset || r->hdr->offset != at || r->payload_len != want ||
+      m->version != g->version || m->raw_bytes != g->total)
+    return lct__fail(g->c, LCT_EPROTO, "reply does not match the ranged get");
+  memcpy(g->dst + at, r->payload, r->payload_len);
+  g->crcs[k] = lct_crc32c(0, r->payload, r->payload_len);
+  return 0;
+}
+
+/* Reads the whole tensor: the first frame, which says its size and version,
+ * then the others pipelined. With alloc, *data receives a new buffer; else
+ * the bytes go to buf (cap bytes). */
 static int lct__get_once(lct_client *c, const char *key, void *buf, size_t cap, int alloc,
                          void **data, lct_tensor_info *info) {
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
@@ -636,59 +744,58 @@ static int lct__get_once(lct_client *c, const char *key, void *buf, size_t cap, 
   rq.op = LCTPB__OP__OP_GET;
   rq.has_offset = 1;
   rq.has_length = 1;
-  uint8_t *dst = alloc ? NULL : buf;
-  uint64_t off = 0, total = 0;
-  uint32_t crc = 0;
-  lct_tensor_info first;
-  memset(&first, 0, sizeof first);
-  for (;;) {
-    rq.offset = off;
-    /* The first request asks only what fits, so a small cap costs no transfer. */
-    rq.length = !alloc && off == 0 && cap < c->frame ? cap : c->frame;
-    lct__reply r;
-    if ((rc = lct__call(c, &rq, NULL, 0, &r)) != 0)
-      break;
-    const Lctpb__TensorMeta *m = r.hdr->meta;
-    if (m == NULL || !r.hdr->has_offset || r.hdr->offset != off ||
-        r.payload_len > (m->raw_bytes - (off < m->raw_bytes ? off : m->raw_bytes)) ||
-        (off > 0 && (m->version != first.version || m->raw_bytes != total))) {
-      lct__reply_free(&r);
-      rc = lct__fail(c, LCT_EPROTO, "reply does not match the ranged get");
-      break;
-    }
-    if (off == 0) {
-      lct__info_of(m, &first);
-      total = m->raw_bytes;
-      if (info != NULL)
-        *info = first;
-      if (alloc) {
-        if (total > SIZE_MAX || (dst = malloc(total ? (size_t)total : 1)) == NULL) {
-          lct__reply_free(&r);
-          rc = lct__fail(c, LCT_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)total);
-          break;
-        }
-      } else if (total > cap) {
-        lct__reply_free(&r);
-        rc = lct__fail(c, LCT_EBUFSIZE, "tensor is %llu bytes; buffer holds %zu",
-                       (unsigned long long)total, cap);
-        break;
-      }
-      rq.has_version = 1;
-      rq.version = first.version;
-    }
-    if (r.payload_len == 0 && off < total) {
-      lct__reply_free(&r);
-      rc = lct__fail(c, LCT_EPROTO, "server sent an empty range");
-      break;
-    }
-    if (r.payload_len > 0)
-      memcpy(dst + off, r.payload, r.payload_len);
-    crc = lct_crc32c(crc, r.payload, r.payload_len);
-    off += r.payload_len;
+  rq.offset = 0;
+  /* The first request asks only what fits, so a small cap costs no transfer. */
+  rq.length = !alloc && cap < c->frame ? cap : c->frame;
+  lct__reply r;
+  if ((rc = lct__call(c, &rq, NULL, 0, &r)) != 0)
+    return rc;
+  const Lctpb__TensorMeta *m = r.hdr->meta;
+  if (m == NULL || !r.hdr->has_offset || r.hdr->offset != 0 || r.payload_len > m->raw_bytes ||
+      (r.payload_len == 0 && m->raw_bytes > 0 && rq.length > 0)) {
     lct__reply_free(&r);
-    if (off == total)
-      break;
+    return lct__fail(c, LCT_EPROTO, "reply does not match the ranged get");
   }
+  lct_tensor_info first;
+  lct__info_of(m, &first);
+  if (info != NULL)
+    *info = first;
+  uint8_t *dst = buf;
+  if (first.raw_bytes > (alloc ? SIZE_MAX : cap)) {
+    lct__reply_free(&r);
+    return alloc ? lct__fail(c, LCT_ENOMEM, "cannot allocate %" PRIu64 " bytes", first.raw_bytes)
+                 : lct__fail(c, LCT_EBUFSIZE, "tensor is %" PRIu64 " bytes; buffer holds %zu", first.raw_bytes, cap);
+  }
+  if (alloc && (dst = malloc(first.raw_bytes ? (size_t)first.raw_bytes : 1)) == NULL) {
+    lct__reply_free(&r);
+    return lct__fail(c, LCT_ENOMEM, "cannot allocate %" PRIu64 " bytes", first.raw_bytes);
+  }
+  if (r.payload_len > 0)
+    memcpy(dst, r.payload, r.payload_len);
+  uint32_t crc = lct_crc32c(0, r.payload, r.payload_len);
+  lct__ranges g = {.c = c, .dst = dst, .first = r.payload_len, .total = first.raw_bytes, .version = first.version};
+  lct__reply_free(&r);
+  size_t n = g.first < g.total ? (size_t)((g.total - g.first + c->frame - 1) / c->frame) : 0;
+  if (n > 0 && (g.crcs = malloc(n * sizeof *g.crcs)) == NULL)
+    rc = lct__fail(c, LCT_ENOMEM, "out of memory for a ranged get");
+  lct__window w;
+  lct__window_init(c, &w);
+  rq.has_version = 1;
+  rq.version = first.version;
+  rq.length = c->frame;
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    size_t slot;
+    rq.offset = lct__range_at(&g, k);
+    if ((rc = lct__window_post(c, &w, &rq, NULL, 0, c->frame, lct__range_take, &g, &slot)) == 0)
+      g.slot_range[slot] = k;
+  }
+  if (rc == 0)
+    rc = lct__window_drain(c, &w, lct__range_take, &g);
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    uint64_t at = lct__range_at(&g, k);
+    crc = lct_crc32c_combine(crc, g.crcs[k], g.total - at < c->frame ? g.total - at : c->frame);
+  }
+  free(g.crcs);
   if (rc == 0 && crc != first.checksum)
     rc = lct__fail(c, LCT_ECHECKSUM, "received bytes do not match the stored checksum");
   if (alloc) {

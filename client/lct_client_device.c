@@ -312,9 +312,11 @@ int lct__device_many(lct_client *c, int put, const lct_device_tensor *t, size_t 
     if (t[from].bytes == 0) {
       rc = lct__many_host(c, put, -1, &t[from]); /* nothing to map */
     } else if ((rc = lct__many_group(c, t, items, from, n, &to, &a)) == 0) {
-      size_t item;
-      /* Work queued on the buffers' GPU completes first: one synchronization per device. */
-      rc = lct__many_call(c, put, &a, t, items, from, to, a.device != synced, (cudaEvent_t)event, &item);
+      size_t item = 0;
+      /* Work queued on the buffers' GPU completes first: one synchronization per device. A client
+       * held to the host path does as one on another host would after lctd's LCT_ENOIPC. */
+      rc = c->host_path ? LCT_ENOIPC
+                        : lct__many_call(c, put, &a, t, items, from, to, a.device != synced, (cudaEvent_t)event, &item);
       synced = a.device;
       if (lct__fallback(rc)) { /* the host path, item by item */
         rc = 0;

@@ -66,6 +66,9 @@ struct lct_client {
   uint64_t auth_breaks;  /* broken connections counted when it did: another since, and a new one does again */
   char err[512];
   size_t failed_item;    /* a failed _MANY request's item at fault (the server's failed_item); SIZE_MAX: none */
+  int host_path;         /* never the device path (lct_options.host_path) */
+  int connections;       /* connections the socket holds to lctd */
+  uint64_t segment_bytes; /* lctd's segment_size; 0: it takes no blobs */
 #ifdef LCT_CLIENT_CUDA
   lct__device_state device;
 #endif
@@ -89,6 +92,52 @@ int lct__fail(lct_client *c, int rc, const char *fmt, ...) __attribute__((format
  * A reply with a nonzero status becomes its negative code, with the server's
  * message in c->err. */
 int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, lct__reply *out);
+
+/* Pipelined requests, after a lct__call has authenticated the connection and
+ * met its lctd: lct__post sends one (header plus optional payload, which
+ * nanomsg copies: it may be reused at once) under a new id and returns
+ * without its reply; lct__collect waits for the reply to any of the n ids
+ * (0 for those already taken), *which, and parses it (its status is the
+ * caller's: lct__reply_status). A broken connection since the last
+ * lct__call's reply is LCT_ECONN, another lctd instance LCT_ERESTARTED. */
+int lct__post(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, uint32_t *id);
+int lct__collect(lct_client *c, const uint32_t *ids, size_t n, size_t *which, lct__reply *out);
+/* 0 for a reply of status 0; else its negative code, with the server's
+ * words in c->err, and the reply freed. */
+int lct__reply_status(lct_client *c, lct__reply *r);
+/* Sets rq's key: 0, or LCT_ENAMETOOLONG for one of no or too many bytes. */
+int lct__key_of(lct_client *c, const char *key, Lctpb__Request *rq);
+
+/* Requests and their bytes in flight on one connection of a pipelined
+ * transfer. One: lctd's raw REP socket drops a reply to a connection that is
+ * still sending an earlier one (nanomsg 1.1.5), so replies must not overlap
+ * until lctd queues them per connection. The bytes stay within lctd's
+ * default bounds per connection (64 MiB). */
+#define LCT__WINDOW_REQUESTS 1
+#define LCT__WINDOW_BYTES (48u << 20)
+#define LCT__CONNECTIONS_MAX 16
+
+/* The requests in flight of a pipelined transfer (lct_client_pipe.c). */
+typedef struct lct__window {
+  uint32_t ids[LCT__WINDOW_REQUESTS * LCT__CONNECTIONS_MAX]; /* 0: a free slot */
+  uint64_t bytes[LCT__WINDOW_REQUESTS * LCT__CONNECTIONS_MAX];
+  size_t n, cap;
+  uint64_t in_bytes, cap_bytes;
+} lct__window;
+
+void lct__window_init(const lct_client *c, lct__window *w);
+/* Posts rq with its payload once the window has room for bytes (the
+ * request's and its reply's), taking replies meanwhile: each to take(arg,
+ * slot, reply), which returns 0 or an error that ends the transfer (and
+ * frees the reply either way). *slot receives the request's slot. */
+typedef int (*lct__take_fn)(void *arg, size_t slot, lct__reply *r);
+int lct__window_post(lct_client *c, lct__window *w, Lctpb__Request *rq, const void *payload, size_t plen,
+                     uint64_t bytes, lct__take_fn take, void *arg, size_t *slot);
+/* Takes the replies still in flight. */
+int lct__window_drain(lct_client *c, lct__window *w, lct__take_fn take, void *arg);
+/* Whether requests may be pipelined now: the connection authenticated (or
+ * needing none) and unbroken since the last reply. */
+int lct__pipeline_ready(const lct_client *c);
 
 /* A put's declaration, checked as lctd checks it: bytes must be what dtype
  * and shape make. meta's shape points into *d. */

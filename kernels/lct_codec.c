@@ -507,12 +507,13 @@ HOT_CLONES static int decode_chunk(const decoder *d, const uint8_t *blob, uint64
   return lct_check(out, n * w, c * (LCT_CHUNK_ELEMS * w / 4)) == get32(ch + 4) ? 0 : LCT_ECHECKSUM;
 }
 
-int lct_decode(const void *blob, size_t len, void *dst, size_t cap) {
+/* The one decoder of a whole blob: into dst, or (dst NULL) chunk by chunk
+ * into a chunk-sized scratch, each chunk handed to fn (validation). */
+static int decode_blob(const void *blob, size_t len, void *dst, size_t cap, lct_chunk_fn fn, void *arg) {
   lct_blob_info info;
   int rc = lct_blob_info_read(blob, len, &info);
   if (rc) return rc;
-  if (cap < info.raw_bytes) return LCT_EBUFSIZE;
-  if (info.raw_bytes && !dst) return LCT_EINVAL;
+  if (dst && cap < info.raw_bytes) return LCT_EBUFSIZE;
   const uint8_t *p = blob;
   decoder d;
   lct__dtype_layout(info.dtype, &d.lay);
@@ -522,18 +523,35 @@ int lct_decode(const void *blob, size_t len, void *dst, size_t cap) {
     if (lct_codebook_parse(info.dtype, p + LCT_HEADER_BYTES, cb_bytes, &cb)) return LCT_ECORRUPT;
     lct_codebook_decode_table(&cb, d.table);
   }
+  uint8_t scratch[dst ? 1 : LCT_CHUNK_ELEMS * 4];
   const uint64_t table = table_offset(cb_bytes);
   uint64_t expect = table + 8 * (uint64_t)info.n_chunks;
   for (uint64_t c = 0; c < info.n_chunks; c++) {
     uint64_t at = get64(p + table + 8 * c);
     uint64_t end = c + 1 < info.n_chunks ? get64(p + table + 8 * (c + 1)) : len;
     if (at != expect || at % 4 || end < at || end > len) return LCT_ECORRUPT;
-    rc = decode_chunk(&d, p, len, at, end - at, chunk_elems(info.n_elems, c), c,
-                      (uint8_t *)dst + c * LCT_CHUNK_ELEMS * d.lay.width);
+    uint64_t n = chunk_elems(info.n_elems, c);
+    uint8_t *out = dst ? (uint8_t *)dst + c * LCT_CHUNK_ELEMS * d.lay.width : scratch;
+    rc = decode_chunk(&d, p, len, at, end - at, n, c, out);
     if (rc) return rc;
+    if (fn) fn(arg, out, n * d.lay.width);
     expect = end;
   }
   return expect == len ? 0 : LCT_ECORRUPT;
+}
+
+int lct_decode(const void *blob, size_t len, void *dst, size_t cap) {
+  if (!dst) {
+    lct_blob_info info;
+    int rc = lct_blob_info_read(blob, len, &info);
+    if (rc) return rc;
+    if (info.raw_bytes) return cap < info.raw_bytes ? LCT_EBUFSIZE : LCT_EINVAL;
+  }
+  return decode_blob(blob, len, dst, cap, NULL, NULL);
+}
+
+int lct_validate(const void *blob, size_t len, lct_chunk_fn fn, void *arg) {
+  return decode_blob(blob, len, NULL, 0, fn, arg);
 }
 
 size_t lct_codec_struct_size(lct_codec_struct which) {

@@ -99,6 +99,14 @@ LCT_API int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info
  * is ever touched. Thread-safe. */
 LCT_API int lct_decode(const void *blob, size_t len, void *dst, size_t cap);
 
+/* Checks a blob as lct_decode does, every chunk included, without keeping
+ * its output: each chunk is decoded into a chunk-sized scratch of its own and
+ * handed, in order, to fn (if not NULL) with its raw bytes, so that a caller
+ * can checksum what the blob holds. 0, or what lct_decode would return for
+ * the blob. Thread-safe; about 64 KiB of stack. */
+typedef void (*lct_chunk_fn)(void *arg, const void *raw, size_t bytes);
+LCT_API int lct_validate(const void *blob, size_t len, lct_chunk_fn fn, void *arg);
+
 /* The format's check (proto/FORMAT.md, "Checks") over bytes zero-padded to
  * 32-bit words, word index starting at base. */
 LCT_API uint32_t lct_check(const void *bytes, size_t len, uint64_t base);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lct_error.h"
+#include "blob.h"
 #include "ops.h"
 #include "persist.h"
 #include "staging.h"
@@ -31,6 +32,16 @@ static int lct__put_check_or_reply(lct__request *rq, lct_put_decl *d) {
 static int lct__quota_or_reply(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d, int hold) {
   char why[256];
   int rc = lct__quota_check(rq, key, len, d, lct__segment_bytes(rq->srv, d->raw_bytes), hold, why, sizeof why);
+  if (rc != 0)
+    lct__reply_error(rq, rc, "%s", why);
+  return rc == 0;
+}
+
+/* As lct__quota_or_reply, held, for a put laid out in segments of seg. */
+static int lct__quota_check_or_reply(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d,
+                                     uint64_t seg) {
+  char why[256];
+  int rc = lct__quota_check(rq, key, len, d, seg, 1, why, sizeof why);
   if (rc != 0)
     lct__reply_error(rq, rc, "%s", why);
   return rc == 0;
@@ -69,10 +80,71 @@ static void lct__put_begin_encode(lct__request *rq, const uint8_t *key, size_t k
     lct__reply_error(rq, rc, "cannot start the encode");
 }
 
+/* Whether the request asks for the encoded form. */
+static int lct__encoded(const lct__request *rq) { return rq->hdr->has_encoded && rq->hdr->encoded; }
+
+/* Starts the acceptance of a put's blobs; replies itself on failure. seg:
+ * the segment size they are laid out in. */
+static void lct__put_begin_accept(lct__request *rq, const uint8_t *key, size_t key_len, const lct_put_decl *d,
+                                  uint64_t seg, const lct__blob_ref *refs, size_t n) {
+  lct__server *srv = rq->srv;
+  if (!lct__quota_check_or_reply(rq, key, key_len, d, seg))
+    return;
+  int rc = lct__accept_start(srv, key, key_len, d, refs, n, lct__put_done, rq);
+  if (rc == LCT_ENOSPC) {
+    char why[256];
+    int room = lct__pool_room(srv, d, seg, why, sizeof why);
+    lct__reply_error(rq, room != 0 ? room : rc, "%s", why);
+  } else if (rc != 0)
+    lct__reply_error(rq, rc, "cannot start the validation");
+}
+
+/* The most blobs a tensor laid out by lay can have: one per 64 KiB, and one
+ * for the empty tensor. */
+static size_t lct__blobs_max(const lct_put_decl *d) { return (size_t)(d->raw_bytes / (64 << 10)) + 1; }
+
+/* PUT with encoded: the payload is the tensor's blobs. */
+static void lct__op_put_encoded(lct__request *rq, const lct_put_decl *d) {
+  if (!d->has_checksum) {
+    lct__reply_error(rq, LCT_EINVAL, "an encoded put declares the checksum of the raw tensor");
+    return;
+  }
+  if (rq->frame.payload_len > rq->srv->cfg.frame_size) {
+    lct__reply_error(rq, LCT_E2BIG, "%zu bytes of blobs exceed the frame size %" PRIu64 "; use a chunked put",
+                     rq->frame.payload_len, rq->srv->cfg.frame_size);
+    return;
+  }
+  size_t cap = lct__blobs_max(d), n;
+  lct__blob_ref *refs = malloc(cap * sizeof *refs);
+  if (refs == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory for the blobs' table");
+    return;
+  }
+  lct__blob_layout lay = {d, rq->srv->cfg.segment_size, 0};
+  uint64_t covered;
+  char why[256];
+  int rc = lct__blobs_walk(&lay, 0, rq->frame.payload, rq->frame.payload_len, refs, cap, &n, &covered, why,
+                           sizeof why);
+  if (rc == 0 && covered != d->raw_bytes) {
+    rc = LCT_ESIZE;
+    snprintf(why, sizeof why, "the blobs hold %" PRIu64 " raw bytes; dtype and shape make %" PRIu64, covered,
+             d->raw_bytes);
+  }
+  if (rc != 0)
+    lct__reply_error(rq, rc, "%s", why);
+  else
+    lct__put_begin_accept(rq, rq->hdr->key.data, rq->hdr->key.len, d, lay.seg ? lay.seg : d->raw_bytes, refs, n);
+  free(refs);
+}
+
 void lct__op_put(lct__request *rq) {
   lct_put_decl d;
   if (!lct__need_key(rq) || !lct__put_check_or_reply(rq, &d))
     return;
+  if (lct__encoded(rq)) {
+    lct__op_put_encoded(rq, &d);
+    return;
+  }
   if (rq->frame.payload_len != d.raw_bytes) {
     lct__reply_error(rq, LCT_ESIZE, "payload is %zu bytes; dtype and shape make %" PRIu64,
                      rq->frame.payload_len, d.raw_bytes);
@@ -119,6 +191,14 @@ void lct__op_put_begin(lct__request *rq) {
                      d.raw_bytes);
     return;
   }
+  p->encoded = lct__encoded(rq);
+  p->shared = rq->hdr->has_shared && rq->hdr->shared;
+  if (p->encoded && !d.has_checksum) {
+    lct__staging_take(srv->staging, p);
+    lct__staging_release(srv->staging, p);
+    lct__reply_error(rq, LCT_EINVAL, "an encoded put declares the checksum of the raw tensor");
+    return;
+  }
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.has_put_id = 1;
   rp.put_id = p->id;
@@ -148,20 +228,37 @@ void lct__op_put_chunk(lct__request *rq) {
     return;
   uint64_t off = rq->hdr->has_offset ? rq->hdr->offset : UINT64_MAX;
   size_t len = rq->frame.payload_len;
-  if (off != p->received) {
+  if (!p->shared && off != p->received) {
     lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 "; the put expects %" PRIu64,
                      off, p->received);
     return;
   }
-  if (len > p->decl.raw_bytes - p->received) {
-    lct__reply_error(rq, LCT_ESIZE, "chunk of %zu bytes at %" PRIu64 " runs past %" PRIu64, len,
+  if (off > p->decl.raw_bytes) {
+    lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 " beyond the tensor's %" PRIu64 " bytes", off,
+                     p->decl.raw_bytes);
+    return;
+  }
+  uint64_t raw_len = len;
+  if (p->encoded && len > 0) {
+    lct__blob_layout lay = {&p->decl, rq->srv->cfg.segment_size, p->seg};
+    size_t n;
+    char why[256];
+    int rc = lct__blobs_walk(&lay, off, rq->frame.payload, len, NULL, 0, &n, &raw_len, why, sizeof why);
+    if (rc != 0) {
+      lct__reply_error(rq, rc, "%s", why);
+      return;
+    }
+    p->seg = lay.seg;
+  }
+  if (raw_len > p->decl.raw_bytes - off || raw_len > p->decl.raw_bytes - p->received) {
+    lct__reply_error(rq, LCT_ESIZE, "chunk of %" PRIu64 " bytes at %" PRIu64 " runs past %" PRIu64, raw_len,
                      off, p->decl.raw_bytes);
     return;
   }
   if (len > 0) {
     /* The put keeps the message: no copy of the payload. */
     size_t msg_bytes = LCT_WIRE_PREFIX_BYTES + rq->frame.header_len + len;
-    if (lct__staging_add(rq->srv->staging, p, rq->msg, msg_bytes, rq->frame.payload, len) != 0) {
+    if (lct__staging_add(rq->srv->staging, p, rq->msg, msg_bytes, rq->frame.payload, len, off, raw_len) != 0) {
       lct__reply_error(rq, LCT_ENOMEM, "staging full: %" PRIu64 " of %" PRIu64 " bytes held; this chunk's "
                        "message needs %zu beyond its payload", rq->srv->stats.staging_bytes,
                        rq->srv->cfg.staging_memory, msg_bytes - len);
@@ -176,6 +273,49 @@ void lct__op_put_chunk(lct__request *rq) {
   lct__reply(rq, &rp, NULL, 0);
 }
 
+static int lct__piece_order(const void *a, const void *b) {
+  uint64_t x = ((const lct__piece *)a)->offset, y = ((const lct__piece *)b)->offset;
+  return x < y ? -1 : x > y;
+}
+
+/* A committed encoded put's blobs, walked again in raw order: they must
+ * cover the tensor once, in one layout. */
+static void lct__commit_encoded(lct__request *rq, lct__pending *p) {
+  size_t cap = lct__blobs_max(&p->decl), n = 0;
+  lct__blob_ref *refs = malloc(cap * sizeof *refs);
+  if (refs == NULL) {
+    lct__reply_error(rq, LCT_ENOMEM, "out of memory for the blobs' table");
+    return;
+  }
+  lct__blob_layout lay = {&p->decl, rq->srv->cfg.segment_size, 0};
+  uint64_t at = 0;
+  char why[256];
+  int rc = 0;
+  for (size_t i = 0; i < p->n_pieces && rc == 0; i++) {
+    size_t k;
+    uint64_t covered;
+    if (p->pieces[i].offset != at) {
+      rc = LCT_EINVAL;
+      snprintf(why, sizeof why, "chunks overlap at raw offset %" PRIu64, p->pieces[i].offset);
+      break;
+    }
+    rc = lct__blobs_walk(&lay, at, p->pieces[i].bytes, p->pieces[i].len, refs + n, cap - n, &k, &covered, why,
+                         sizeof why);
+    n += k;
+    at += covered;
+  }
+  if (rc == 0 && (n == 0 || at != p->decl.raw_bytes)) {
+    rc = LCT_ESIZE;
+    snprintf(why, sizeof why, "the blobs hold %" PRIu64 " raw bytes; dtype and shape make %" PRIu64, at,
+             p->decl.raw_bytes);
+  }
+  if (rc != 0)
+    lct__reply_error(rq, rc, "%s", why);
+  else
+    lct__put_begin_accept(rq, p->key, p->key_len, &p->decl, lay.seg ? lay.seg : p->decl.raw_bytes, refs, n);
+  free(refs);
+}
+
 void lct__op_put_commit(lct__request *rq) {
   lct__pending *p = lct__find_put(rq);
   if (p == NULL)
@@ -185,11 +325,24 @@ void lct__op_put_commit(lct__request *rq) {
                      p->received, p->decl.raw_bytes);
     return;
   }
-  if (!lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 1))
+  if (p->shared) {
+    qsort(p->pieces, p->n_pieces, sizeof *p->pieces, lct__piece_order);
+    for (size_t i = 0; i + 1 < p->n_pieces && !p->encoded; i++) {
+      if (p->pieces[i].offset + p->pieces[i].len != p->pieces[i + 1].offset) {
+        lct__reply_error(rq, LCT_EINVAL, "chunks overlap at offset %" PRIu64, p->pieces[i + 1].offset);
+        return;
+      }
+    }
+  }
+  if (!p->encoded && !lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 1))
     return;
   lct__staging_take(rq->srv->staging, p);
   rq->op_state = p; /* released when the encode ends, or with the request */
   rq->op_release = lct__release_pending;
+  if (p->encoded) {
+    lct__commit_encoded(rq, p);
+    return;
+  }
   lct__put_src src = {NULL, p->pieces, p->n_pieces};
   lct__put_begin_encode(rq, p->key, p->key_len, &p->decl, &src);
 }
@@ -231,6 +384,57 @@ static lct__entry *lct__find_to_read(lct__request *rq) {
   return e;
 }
 
+/* GET with encoded: the stored blobs of whole segments from off, as many as
+ * a frame holds and length covers (at least one). */
+static void lct__op_get_encoded(lct__request *rq, lct__entry *e, uint64_t off) {
+  lct__server *srv = rq->srv;
+  const Lctpb__Request *h = rq->hdr;
+  uint64_t stride = e->segments[0].raw_bytes; /* every segment but the last holds as many */
+  size_t first = off == e->raw_bytes && e->raw_bytes > 0 ? e->n_segments : stride ? (size_t)(off / stride) : 0;
+  if ((stride != 0 && off % stride != 0) || (stride == 0 && off != 0)) {
+    lct__reply_error(rq, LCT_EINVAL, "offset %" PRIu64 " is not where a segment starts (every %" PRIu64 " bytes)",
+                     off, stride);
+    return;
+  }
+  uint64_t want = h->has_length ? h->length : UINT64_MAX, covered = 0, bytes = 0;
+  size_t n = 0;
+  while (first + n < e->n_segments && (n == 0 || e->segments[first + n].raw_bytes <= want - covered)) {
+    const lct__segment *sg = &e->segments[first + n];
+    if (bytes + sg->blob_bytes > srv->cfg.frame_size) {
+      if (n == 0) {
+        lct__reply_error(rq, LCT_E2BIG, "the segment at %" PRIu64 " is stored in %zu bytes, above the frame "
+                         "size %" PRIu64 ": get it decoded", off, sg->blob_bytes, srv->cfg.frame_size);
+        return;
+      }
+      break;
+    }
+    bytes += sg->blob_bytes;
+    covered += sg->raw_bytes;
+    n++;
+  }
+  Lctpb__Reply rp = LCTPB__REPLY__INIT;
+  Lctpb__TensorMeta m;
+  lct__meta_of(e, &m);
+  rp.meta = &m;
+  rp.has_offset = rp.has_length = 1;
+  rp.offset = off;
+  rp.length = covered;
+  uint8_t *dst;
+  int rc = lct__reply_alloc(srv, &rp, (size_t)bytes, &rq->reply_msg, &rq->reply_len, &dst);
+  if (rc != 0) {
+    lct__reply_error(rq, rc, "cannot allocate a %" PRIu64 "-byte reply", bytes);
+    return;
+  }
+  if (!lct__request_hold(rq, rq->reply_len))
+    return;
+  if (n == 0) {
+    lct__get_done(rq, 0);
+    return;
+  }
+  if ((rc = lct__blobs_read_start(srv, e, first, n, dst, lct__get_done, rq)) != 0)
+    lct__reply_error(rq, rc, "cannot start reading the blobs");
+}
+
 void lct__op_get(lct__request *rq) {
   lct__server *srv = rq->srv;
   Lctpb__Request *h = rq->hdr;
@@ -241,6 +445,10 @@ void lct__op_get(lct__request *rq) {
   if (off > e->raw_bytes) {
     lct__reply_error(rq, LCT_EINVAL, "offset %" PRIu64 " beyond the tensor's %" PRIu64 " bytes",
                      off, e->raw_bytes);
+    return;
+  }
+  if (lct__encoded(rq)) {
+    lct__op_get_encoded(rq, e, off);
     return;
   }
   uint64_t len = e->raw_bytes - off;
@@ -448,6 +656,8 @@ void lct__op_ping(lct__request *rq) {
   info.list_max = LCT_LIST_MAX;
   info.has_instance = 1;
   info.instance = rq->srv->instance;
+  info.has_segment_bytes = 1;
+  info.segment_bytes = rq->srv->cfg.segment_size;
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.info = &info;
   lct__reply(rq, &rp, NULL, 0);

@@ -147,14 +147,15 @@ int lct__staging_begin(lct__staging *st, uint64_t conn, const uint8_t *key, size
 
 lct__pending *lct__staging_find(lct__staging *st, uint64_t id, uint64_t conn) {
   lct__pending *p = *lct__staging_slot(st, id);
-  return p != NULL && p->conn == conn ? p : NULL;
+  return p != NULL && (p->conn == conn || p->shared) ? p : NULL;
 }
 
 int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,
-                     size_t len) {
+                     size_t len, uint64_t offset, uint64_t raw_len) {
   lct__stats *stats = &st->srv->stats;
-  uint64_t framing = msg_bytes - len; /* kept with the payload: counted, or tiny chunks with big headers
-                                         would hold far more memory than the budget */
+  /* Kept beyond the raw bytes begin reserved: counted, or tiny chunks with big headers (or blobs
+   * larger than what they hold) would hold far more memory than the budget. */
+  uint64_t framing = msg_bytes > raw_len ? msg_bytes - raw_len : 0;
   if (!lct__staging_room(st, framing))
     return LCT_ENOMEM;
   if (p->n_pieces == p->cap_pieces) {
@@ -165,8 +166,8 @@ int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_by
     p->pieces = pieces;
     p->cap_pieces = cap;
   }
-  p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, p->received, len};
-  p->received += len;
+  p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, offset, len};
+  p->received += raw_len;
   p->framing += framing;
   stats->staging_bytes += framing;
   return 0;

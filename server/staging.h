@@ -14,9 +14,12 @@ typedef struct lct__pending {
   uint8_t *key;
   size_t key_len;
   lct_put_decl decl;
-  lct__piece *pieces; /* the chunks received, in order */
+  lct__piece *pieces; /* the chunks received, in order (a shared put's: as they came) */
   size_t n_pieces, cap_pieces;
-  uint64_t received;  /* bytes [0, received) have arrived, in order */
+  uint64_t received;  /* raw bytes [0, received) have arrived, in order (a shared put's: how many) */
+  int encoded;        /* its payloads are blobs (blob.h), laid out as seg says */
+  int shared;         /* chunks in any order, from any connection that may use the key */
+  uint64_t seg;       /* an encoded put's segment raw bytes; 0 until a blob says */
   uint64_t framing;   /* bytes of the kept messages beyond their payloads (prefixes, headers) */
   uint64_t last_active; /* uv_now() of the last chunk */
 } lct__pending;
@@ -37,14 +40,15 @@ void lct__staging_destroy(lct__staging *st);
 int lct__staging_begin(lct__staging *st, uint64_t conn, const uint8_t *key, size_t key_len,
                        const lct_put_decl *decl, lct__pending **out);
 /* The open put id of connection conn; NULL for an id that is not open or
- * that another connection began. */
+ * that another connection began (unless the put is shared). */
 lct__pending *lct__staging_find(lct__staging *st, uint64_t id, uint64_t conn);
-/* Appends len bytes at p->received that sit in the nanomsg message msg of
- * msg_bytes; the put takes msg over on success (0). The message's bytes
- * beyond the payload count against the staging budget too: LCT_ENOMEM when
- * they do not fit (or out of memory). */
+/* Adds the len bytes of a chunk that sit in the nanomsg message msg of
+ * msg_bytes and hold the tensor's raw_len raw bytes from offset (raw_len is
+ * len but for an encoded put's blobs); the put takes msg over on success (0).
+ * The message's bytes beyond those raw bytes count against the staging
+ * budget too: LCT_ENOMEM when they do not fit (or out of memory). */
 int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,
-                     size_t len);
+                     size_t len, uint64_t offset, uint64_t raw_len);
 /* Unlinks a put so no chunk can reach it; its bytes stay counted until
  * lct__staging_release. */
 void lct__staging_take(lct__staging *st, lct__pending *p);

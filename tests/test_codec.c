@@ -355,3 +355,40 @@ Test(codec, golden_blobs) {
   closedir(dir);
   cr_assert_geq(checked, 6);
 }
+
+/* lct_validate decodes every chunk without keeping it: the raw bytes reach
+ * the callback in order, and a fault anywhere is lct_decode's error. */
+static void gather(void *arg, const void *raw, size_t bytes) {
+  uint8_t **at = arg;
+  memcpy(*at, raw, bytes);
+  *at += bytes;
+}
+
+Test(codec, validate_sees_every_chunk) {
+  size_t n = 3 * LCT_CHUNK_ELEMS + 17, bytes = n * 2;
+  uint8_t *data = test_bf16_data(11, n), *seen = malloc(bytes), *at = seen;
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, data, n, &cb), 0);
+  size_t cap = lct_encode_bound(LCT_DTYPE_BF16, n);
+  uint8_t *blob = malloc(cap);
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_BF16, &cb, data, n, blob, cap, &st), 0);
+  cr_assert_eq(lct_validate(blob, st.blob_bytes, gather, &at), 0);
+  cr_assert_eq((size_t)(at - seen), bytes);
+  cr_assert_eq(memcmp(seen, data, bytes), 0);
+  cr_assert_eq(lct_validate(blob, st.blob_bytes, NULL, NULL), 0);
+  test_rng r = {5};
+  for (int i = 0; i < 64; i++) {
+    size_t pos = LCT_HEADER_BYTES + test_rand(&r) % (st.blob_bytes - LCT_HEADER_BYTES);
+    blob[pos] ^= (uint8_t)(1u << (test_rand(&r) % 8));
+    uint8_t *out = malloc(bytes);
+    int want = lct_decode(blob, st.blob_bytes, out, bytes);
+    cr_assert_neq(want, 0, "a flipped bit at %zu is found", pos);
+    cr_assert_eq(lct_validate(blob, st.blob_bytes, NULL, NULL), want, "as lct_decode finds it");
+    free(out);
+  }
+  cr_assert_eq(lct_validate(blob, st.blob_bytes - 1, NULL, NULL), LCT_ECORRUPT, "a truncated blob");
+  free(blob);
+  free(data);
+  free(seen);
+}

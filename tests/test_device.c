@@ -93,6 +93,24 @@ Test(device, round_trip_device_to_device, .fini = stop) {
   lct_close(c);
 }
 
+/* A client held to the host path (as one on another host) moves every byte
+ * through the socket, though lctd could go device to device. */
+Test(device, remote_mode_takes_the_host_path, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  lct_options o;
+  lct_options_init(&o);
+  o.endpoint = lctd.tcp;
+  o.host_path = 1;
+  lct_client *c;
+  cr_assert_eq(lct_connect(&o, &c), 0);
+  round_trip(c);
+  lct_server_stats st = test_stats(c);
+  cr_assert_eq(st.device_puts + st.device_gets + st.device_fallbacks, 0, "nothing went device to device");
+  cr_assert_geq(st.bytes_in, 4000, "the tensors crossed the socket");
+  lct_close(c);
+}
+
 Test(device, mapping_cached_and_checked, .fini = stop) {
   NEED_GPU();
   start("cuda");

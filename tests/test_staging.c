@@ -73,9 +73,9 @@ Test(staging, message_framing_counts) {
   lct__pending *p;
   cr_assert_eq(lct__staging_begin(srv.staging, 7, (const uint8_t *)"a", 1, &d, &p), 0);
   void *m1 = nn_allocmsg(300, 0), *m2 = nn_allocmsg(500, 0);
-  cr_assert_eq(lct__staging_add(srv.staging, p, m1, 300, (const uint8_t *)m1 + 200, 100), 0);
+  cr_assert_eq(lct__staging_add(srv.staging, p, m1, 300, (const uint8_t *)m1 + 200, 100, 0, 100), 0);
   cr_assert_eq(srv.stats.staging_bytes, 800, "600 declared and 200 of framing");
-  cr_assert_eq(lct__staging_add(srv.staging, p, m2, 500, (const uint8_t *)m2 + 300, 200), LCT_ENOMEM,
+  cr_assert_eq(lct__staging_add(srv.staging, p, m2, 500, (const uint8_t *)m2 + 300, 200, 100, 200), LCT_ENOMEM,
                "300 more of framing exceed the budget of 1000");
   nn_freemsg(m2); /* refused: the caller keeps it */
   cr_assert_eq(srv.stats.staging_bytes, 800);

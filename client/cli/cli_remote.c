@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_coded.h"
 #include "cli_npy.h"
 #include "lct.h"
 
@@ -39,6 +40,10 @@ typedef struct remote_args {
   long limit;
   int prometheus; /* stats: the Prometheus text as lctd sends it */
   int timeout_ms; /* --timeout: the wait for lctd's reply (a save's too); 0: liblct's defaults */
+  int coded;      /* put --encode, get --decode: the codec runs here and blobs travel */
+  int threads;    /* --threads: for the codec; 0: the CPUs online */
+  int remote;     /* --remote: the host path only (lct_options.host_path) */
+  int connections; /* --connections: lct_options.connections */
 } remote_args;
 
 /* A stored dtype's name; a server newer than this lct may report one it does not know. */
@@ -57,7 +62,16 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
     else if (strcmp(arg, "--auth-token-file") == 0) slot = &cli_auth_token_file;
     else if (strcmp(arg, "--dtype") == 0) slot = &a->dtype;
     else if (strcmp(arg, "--shape") == 0) slot = &a->shape;
-    else if (strcmp(arg, "--prometheus") == 0) {
+    else if (strcmp(arg, "--encode") == 0 || strcmp(arg, "--decode") == 0 || strcmp(arg, "--remote") == 0) {
+      *(arg[2] == 'r' ? &a->remote : &a->coded) = 1;
+      continue;
+    } else if (strcmp(arg, "--threads") == 0 || strcmp(arg, "--connections") == 0) {
+      long v = i + 1 < argc ? strtol(argv[++i], NULL, 10) : 0;
+      if (v <= 0 || v > 64)
+        return cli_fail("%s: %s needs a number from 1 to 64", argv[0], arg);
+      *(arg[2] == 't' ? &a->threads : &a->connections) = (int)v;
+      continue;
+    } else if (strcmp(arg, "--prometheus") == 0) {
       a->prometheus = 1;
       continue;
     } else if (strcmp(arg, "--limit") == 0) {
@@ -95,6 +109,8 @@ static int remote_open(const char *cmd, const remote_args *a) {
   o.endpoint = cli_endpoint;
   o.auth_token_file = cli_auth_token_file;
   o.timeout_ms = o.save_timeout_ms = a->timeout_ms;
+  o.host_path = a->remote;
+  o.connections = a->connections;
   int rc = lct_client_set_open(&o, cli_endpoints, &remote_set);
   if (rc == LCT_EINVAL)
     return cli_fail("%s: bad endpoint list '%s': comma-separated tcp://HOST:PORT or ipc:///PATH, each once", cmd,
@@ -189,7 +205,7 @@ static int parse_shape(const char *text, uint64_t *shape) {
 int cli_put(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 2, &a)) return 1;
-  if (a.npos != 2) return cli_fail("usage: lct put KEY FILE [--dtype DT] [--shape AxBxC]");
+  if (a.npos != 2) return cli_fail("usage: lct put KEY FILE [--dtype DT] [--shape AxBxC] [--encode [--threads N]]");
   const char *key = a.pos[0], *path = a.pos[1];
   uint8_t *buf;
   size_t len;
@@ -256,7 +272,8 @@ int cli_put(int argc, char **argv) {
     return 1;
   }
   lct_tensor_info info;
-  int rc = lct_put(c, key, dtype, shape, ndim, data, bytes, &info);
+  int rc = a.coded ? cli_put_encoded(c, key, dtype, shape, ndim, data, bytes, cli_threads(a.threads), &info)
+                   : lct_put(c, key, dtype, shape, ndim, data, bytes, &info);
   free(buf);
   if (rc) return remote_fail("put", key, c, rc);
   char sh[128];
@@ -286,13 +303,15 @@ static const char *npy_descr(lct_dtype dtype) {
 int cli_get(int argc, char **argv) {
   remote_args a;
   if (remote_parse(argc, argv, 2, &a)) return 1;
-  if (a.npos != 2) return cli_fail("usage: lct get KEY OUT   (OUT ending in .npy gets a NumPy header)");
+  if (a.npos != 2)
+    return cli_fail("usage: lct get KEY OUT [--decode [--threads N]]   (OUT ending in .npy gets a NumPy header)");
   const char *key = a.pos[0], *out = a.pos[1];
   lct_client *c;
   if (remote_connect("get", &a, key, &c)) return 1;
   void *data;
   lct_tensor_info info;
-  int rc = lct_get_alloc(c, key, &data, &info);
+  int rc = a.coded ? cli_get_decoded(c, key, cli_threads(a.threads), &data, &info)
+                   : lct_get_alloc(c, key, &data, &info);
   if (rc) return remote_fail("get", key, c, rc);
   remote_close();
   uint8_t header[1024];

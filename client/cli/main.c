@@ -7,8 +7,10 @@
 static const cli_command commands[] = {
     {"pack", "pack [--dtype DT] IN OUT    compress a raw tensor file (no daemon)", cli_pack},
     {"unpack", "unpack IN OUT               restore the exact bytes of a packed file", cli_unpack},
-    {"put", "put KEY FILE [--dtype DT] [--shape AxBxC]   store a raw or .npy file in lctd", cli_put},
-    {"get", "get KEY OUT                 fetch a tensor (OUT ending in .npy gets a NumPy header)", cli_get},
+    {"put", "put KEY FILE [--dtype DT] [--shape AxBxC] [--encode [--threads N]]   store a raw or .npy file in lctd\n"
+            "                              (--encode: coded here on N threads, default the CPUs, and sent as blobs)", cli_put},
+    {"get", "get KEY OUT [--decode [--threads N]]   fetch a tensor (OUT ending in .npy gets a NumPy header;\n"
+            "                              --decode: the stored blobs travel and are decoded here)", cli_get},
     {"rm", "rm KEY                      delete a tensor", cli_rm},
     {"ls", "ls [PREFIX] [--limit N]     list tensors: dtype, shape, raw, stored, ratio, version, key", cli_ls},
     {"stat", "stat KEY                    show a tensor's metadata", cli_stat},
@@ -32,7 +34,9 @@ static int usage(FILE *to) {
         "challenge-response on endpoints that authenticate (tcp) and never sent;\n"
         "default $LCT_AUTH_TOKEN_FILE.\n"
         "Every command that talks to lctd takes --timeout SECONDS: how long to wait for its reply\n"
-        "(default 30, save none). A killed or restarted lctd ends the wait within about 2 s.\n",
+        "(default 30, save none). A killed or restarted lctd ends the wait within about 2 s.\n"
+        "And --remote (the host path only, as from another host; $LCT_HOST_PATH=1) and --connections N\n"
+        "(connections a large tensor's frames spread over; $LCT_CONNECTIONS).\n",
         to);
   return to == stderr ? 2 : 0;
 }

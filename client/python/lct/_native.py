@@ -16,6 +16,8 @@ class Options(ctypes.Structure):
         ("frame_bytes", ctypes.c_size_t),
         ("auth_token_file", ctypes.c_char_p),
         ("save_timeout_ms", ctypes.c_int),
+        ("host_path", ctypes.c_int),
+        ("connections", ctypes.c_int),
     ]
 
 
@@ -108,6 +110,18 @@ _PROTOTYPES = {
     "lct_job_wait": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "lct_job_error": (ctypes.c_char_p, [_P]),
     "lct_job_free": (None, [_P]),
+    "lct_checksum": (ctypes.c_uint32, [ctypes.c_uint32, _P, ctypes.c_size_t]),
+    "lct_segment_bytes": (ctypes.c_uint64, [_CLIENT]),
+    "lct_put_encoded": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                       ctypes.c_int, ctypes.c_uint32, _P, ctypes.c_size_t,
+                                       ctypes.POINTER(TensorInfo)]),
+    "lct_get_encoded": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_size_t),
+                                       ctypes.POINTER(TensorInfo)]),
+    "lct_submit_put": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                      ctypes.c_int, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo), _P,
+                                      ctypes.POINTER(_P)]),
+    "lct_submit_get": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, _P, ctypes.c_size_t, ctypes.POINTER(TensorInfo), _P,
+                                      ctypes.POINTER(_P)]),
     "lct_save": (ctypes.c_int, [_CLIENT, ctypes.POINTER(ctypes.c_uint64)]),
     "lct_get_alloc": (ctypes.c_int, [_CLIENT, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(TensorInfo)]),
     "lct_delete": (ctypes.c_int, [_CLIENT, ctypes.c_char_p]),

@@ -5,7 +5,7 @@ import threading
 
 from . import _dtypes, _native, _values
 from .batch import Batch
-from .errors import error
+from .errors import error, error_code
 from .info import server_info, tensor_info
 
 
@@ -35,6 +35,11 @@ class Client:
     challenge-response and never sent (None: $LCT_AUTH_TOKEN_FILE, else
     none). A tenant's token confines the client to the tenant's keys and
     quota.
+    remote: True holds the client to the host path, as one on another host
+    (CUDA tensors are copied through host memory and every byte crosses the
+    socket; None: $LCT_HOST_PATH). connections: connections to lctd that
+    large tensors' frames spread over (None: $LCT_CONNECTIONS, else 1; more
+    than one only without a token).
     A Client may be shared between threads: its calls are serialized.
     """
 
@@ -46,7 +51,7 @@ class Client:
         return super().__new__(cls)
 
     def __init__(self, endpoint=None, auth_token_file=None, timeout_ms=None,
-                 connect_timeout_ms=None, frame_bytes=None, save_timeout_ms=None):
+                 connect_timeout_ms=None, frame_bytes=None, save_timeout_ms=None, remote=None, connections=None):
         resolved = _resolve(endpoint)
         if isinstance(resolved, tuple):
             endpoint = resolved[0]  # a set of one
@@ -58,7 +63,7 @@ class Client:
         self.endpoint = endpoint
         self._options = dict(endpoint=endpoint, auth_token_file=auth_token_file, timeout_ms=timeout_ms,
                              connect_timeout_ms=connect_timeout_ms, frame_bytes=frame_bytes,
-                             save_timeout_ms=save_timeout_ms)
+                             save_timeout_ms=save_timeout_ms, remote=remote, connections=connections)
         opts = _native.Options()
         lib.lct_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
         opts.endpoint = endpoint.encode() if endpoint is not None else None
@@ -66,6 +71,8 @@ class Client:
         opts.connect_timeout_ms = connect_timeout_ms or 0
         opts.frame_bytes = frame_bytes or 0
         opts.save_timeout_ms = save_timeout_ms or 0
+        opts.host_path = 1 if remote else 0
+        opts.connections = connections or 0
         opts.auth_token_file = os.fsencode(auth_token_file) if auth_token_file is not None else None
         handle = ctypes.c_void_p()
         rc = lib.lct_connect(ctypes.byref(opts), ctypes.byref(handle))
@@ -189,6 +196,87 @@ class Client:
         ptr = ctypes.c_void_p()
         self._call(lib.lct_get_alloc, k, ctypes.byref(ptr), ctypes.byref(info))
         return _values.adopt(ptr.value, info)
+
+    def segment_bytes(self):
+        """The most raw bytes one blob of put_blob may hold (lctd's segment_size); 0: lctd takes no blobs."""
+        with self._lock:
+            return _native.lib().lct_segment_bytes(self._c)
+
+    def put_blob(self, key, blobs, dtype, shape, checksum):
+        """Stores a tensor sent encoded: blobs (bytes-like) are its blobs of
+        proto/FORMAT.md back to back, as lct_put_encoded lays them out,
+        checksum the CRC-32C of its raw bytes (lct.checksum). lctd validates
+        every blob and stores them as sent; returns the TensorInfo."""
+        k = _values.key_bytes(key)
+        code = _dtypes.code(dtype)
+        shape = tuple(int(d) for d in shape)
+        dims = (ctypes.c_uint64 * max(len(shape), 1))(*shape)
+        view = memoryview(blobs).cast("B")
+        buf = (ctypes.c_char * len(view)).from_buffer_copy(view) if view.readonly else \
+            (ctypes.c_char * len(view)).from_buffer(view)
+        info = _native.TensorInfo()
+        self._call(_native.lib().lct_put_encoded, k, code, dims, len(shape), checksum, buf, len(view),
+                   ctypes.byref(info))
+        return tensor_info(_values.key_str(k), info)
+
+    def get_blob(self, key):
+        """(blobs, TensorInfo): key's stored blobs back to back, as lctd holds them, as bytes."""
+        k = _values.key_bytes(key)
+        lib = _native.lib()
+        ptr, n, info = ctypes.c_void_p(), ctypes.c_size_t(), _native.TensorInfo()
+        self._call(lib.lct_get_encoded, k, ctypes.byref(ptr), ctypes.byref(n), ctypes.byref(info))
+        try:
+            return ctypes.string_at(ptr.value, n.value), tensor_info(_values.key_str(k), info)
+        finally:
+            lib.lct_free(ptr)
+
+    def put_encoded(self, key, value, dtype=None, shape=None, codebook=None):
+        """put() with the tensor encoded here, on the CPU, through lct.codec
+        (liblct_codec.so), in segments of lctd's segment size, and sent as
+        blobs: the wire carries the coded bytes and lctd codes nothing.
+        codebook: an lct.codec.Codebook to reuse (None: built from value)."""
+        from . import codec
+        host = _values.host(value, False, False)
+        name = dtype if dtype is not None else host.natural
+        if name is None:
+            raise TypeError(f"a {host.what} needs dtype=")
+        code = _dtypes.code(name)
+        if shape is None:
+            shape = _values.default_shape(host.shape, host.itemsize, _dtypes.size(code))
+        raw = (ctypes.c_char * host.nbytes).from_address(host.ptr) if host.nbytes else b""
+        seg = min(self.segment_bytes(), 1 << 20)
+        if seg == 0:
+            raise error(error_code("LCT_EOP"), "this lctd takes no encoded puts")
+        if codebook is None and codec.symbol_bits(code):
+            codebook = codec.Codebook.from_data(name, raw)
+        mv = memoryview(raw).cast("B") if host.nbytes else memoryview(b"")
+        blobs = b"".join(codec.encode(name, codebook, mv[i:i + seg]) for i in range(0, max(len(mv), 1), seg)) \
+            if len(mv) else codec.encode(name, codebook, b"")
+        checksum = _native.lib().lct_checksum(0, host.ptr, host.nbytes)
+        return self.put_blob(key, blobs, name, shape, checksum)
+
+    def get_encoded(self, key, out=None):
+        """get() with the stored blobs sent as they are and decoded here, on the
+        CPU, through lct.codec; the CRC-32C of the result is checked."""
+        from . import codec
+        blobs, info = self.get_blob(key)
+        buf = bytearray(info.raw_bytes)
+        view, at, off = memoryview(blobs), 0, 0
+        while at < len(view):
+            size = int.from_bytes(view[at + 32:at + 40], "little")  # FORMAT.md: the blob's blob_size
+            _, _, raw = codec.blob_info(view[at:at + size])
+            if off + raw > len(buf):
+                raise error(error_code("LCT_EPROTO"), f"'{key}': the blobs hold more than the tensor")
+            codec.decode(view[at:at + size], memoryview(buf)[off:off + raw])
+            at += size
+            off += raw
+        c = (ctypes.c_char * len(buf)).from_buffer(buf) if buf else None
+        if _native.lib().lct_checksum(0, c, len(buf)) != info.checksum:
+            raise error(error_code("LCT_ECHECKSUM"), f"'{key}': decoded bytes do not match the stored checksum")
+        if out is None:
+            return buf, info
+        memoryview(out).cast("B")[:] = buf
+        return out, info
 
     def put_many(self, items, stream=None):
         """Stores (key, value) pairs as put does (dtype and shape from each

@@ -71,6 +71,7 @@ static uint32_t raw_call(raw_conn *r, Lctpb__Request *rq, const void *payload, s
   rq->payload_bytes = plen;
   size_t h = lctpb__request__get_packed_size(rq);
   uint8_t *m = malloc(LCT_WIRE_PREFIX_BYTES + h + plen);
+  cr_assert_not_null(m);
   lct_wire_prefix(m, h);
   lctpb__request__pack(rq, m + LCT_WIRE_PREFIX_BYTES);
   if (plen) memcpy(m + LCT_WIRE_PREFIX_BYTES + h, payload, plen);

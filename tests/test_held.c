@@ -68,10 +68,10 @@ Test(held, follows_puts_and_deletes, .fini = stop) {
   start("0");
   lct_client *c = test_connect(lctd.ipc);
   cr_assert_eq(held(c), 0, "nothing is mapped before a put");
-  /* One put and its delete first: lctd's kernels are loaded (lazily, with
-   * their local memory) before the free memory is read. */
-  put_all(c, 0, 1, 1);
-  delete_all(c, 0, 1);
+  /* The same puts and their deletes first: lctd's kernels are loaded (lazily,
+   * with their local memory) and its workspaces grown before the free memory is read. */
+  put_all(c, 0, N, 1);
+  delete_all(c, 0, N);
   cr_assert_eq(held(c), 0, "a delete gives everything back with no slack");
   const uint64_t free0 = device_free();
   float one = 1.0f;

@@ -245,6 +245,22 @@ static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
   return LCT_ERESTARTED;
 }
 
+/* Parses a received message into *out, which then owns it; a malformed one is freed: LCT_EPROTO. */
+static int lct__reply_take(lct_client *c, void *msg, int len, lct__reply *out) {
+  lct_wire_frame f;
+  int rc = lct_wire_split(msg, (size_t)len, &f);
+  if (rc == 0)
+    rc = lct_wire_reply_parse(&f, &out->hdr);
+  if (rc != 0) {
+    nn_freemsg(msg);
+    return lct__fail(c, rc, "malformed reply from the server");
+  }
+  out->msg = msg;
+  out->payload = f.payload;
+  out->payload_len = f.payload_len;
+  return 0;
+}
+
 /* Packs rq, sends it with plen payload bytes and parses the reply into *out,
  * whatever its status: 0, or lct__exchange's error (and *lost) or
  * LCT_EPROTO. */
@@ -261,18 +277,7 @@ static int lct__round_trip(lct_client *c, Lctpb__Request *rq, const void *payloa
   void *msg;
   if ((rc = lct__exchange(c, iov, plen > 0 ? 2 : 1, timeout_ms, lost, &msg, &n)) != 0)
     return rc;
-  lct_wire_frame f;
-  rc = lct_wire_split(msg, (size_t)n, &f);
-  if (rc == 0)
-    rc = lct_wire_reply_parse(&f, &out->hdr);
-  if (rc != 0) {
-    nn_freemsg(msg);
-    return lct__fail(c, rc, "malformed reply from the server");
-  }
-  out->msg = msg;
-  out->payload = f.payload;
-  out->payload_len = f.payload_len;
-  return 0;
+  return lct__reply_take(c, msg, n, out);
 }
 
 /* A reply's nonzero status as the call's error, with the server's words;
@@ -445,17 +450,8 @@ int lct__collect(lct_client *c, const uint32_t *ids, size_t n, size_t *which, lc
   if (rc != 0)
     return lost ? lct__fail(c, rc, "the connection to lctd broke with requests in flight: they may or may not "
                             "have run") : rc;
-  lct_wire_frame f;
-  rc = lct_wire_split(msg, (size_t)len, &f);
-  if (rc == 0)
-    rc = lct_wire_reply_parse(&f, &out->hdr);
-  if (rc != 0) {
-    nn_freemsg(msg);
-    return lct__fail(c, rc, "malformed reply from the server");
-  }
-  out->msg = msg;
-  out->payload = f.payload;
-  out->payload_len = f.payload_len;
+  if ((rc = lct__reply_take(c, msg, len, out)) != 0)
+    return rc;
   if (out->hdr->has_instance && out->hdr->instance != c->instance) {
     uint64_t was = c->instance;
     c->instance = out->hdr->instance;

@@ -187,14 +187,9 @@ static void lct__accept_done(lct__task *task) {
 int lct__accept_start(lct__server *srv, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
                       const lct__blob_ref *refs, size_t n, lct__put_cb cb, void *arg) {
   lct__entry *e;
-  int rc = lct__entry_new(srv->pool, key, key_len, n, &e);
+  int rc = lct__entry_declared(srv->pool, key, key_len, decl, n, &e);
   if (rc != 0)
     return rc;
-  e->dtype = decl->dtype;
-  e->ndim = decl->ndim;
-  memcpy(e->shape, decl->shape, sizeof e->shape);
-  e->n_elems = decl->n_elems;
-  e->raw_bytes = decl->raw_bytes;
   lct__accept_job *job = calloc(1, sizeof *job + n * sizeof(lct__accept_task));
   if (job == NULL) {
     lct__entry_unref(e);

@@ -57,6 +57,20 @@ uint64_t lct__segment_bytes(const lct__server *srv, uint64_t raw_bytes) {
   return spread < seg ? spread : seg;
 }
 
+int lct__entry_declared(lct__pool *pool, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
+                        size_t n_segments, lct__entry **out) {
+  int rc = lct__entry_new(pool, key, key_len, n_segments, out);
+  if (rc != 0)
+    return rc;
+  lct__entry *e = *out;
+  e->dtype = decl->dtype;
+  e->ndim = decl->ndim;
+  memcpy(e->shape, decl->shape, sizeof e->shape);
+  e->n_elems = decl->n_elems;
+  e->raw_bytes = decl->raw_bytes;
+  return 0;
+}
+
 int lct__entry_reserve_bytes(const lct_put_decl *decl, uint64_t seg_bytes, uint64_t *out) {
   uint64_t esize = lct_dtype_size(decl->dtype);
   uint64_t full = decl->raw_bytes / seg_bytes, tail = decl->raw_bytes % seg_bytes, total;
@@ -74,14 +88,9 @@ int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, con
   assert(esize != 0 && decl->n_elems * esize == decl->raw_bytes && seg_bytes % (64 << 10) == 0);
   uint64_t n_seg = decl->raw_bytes / seg_bytes + (decl->raw_bytes % seg_bytes != 0 || decl->raw_bytes == 0);
   lct__entry *e;
-  int rc = lct__entry_new(srv->pool, key, key_len, n_seg, &e);
+  int rc = lct__entry_declared(srv->pool, key, key_len, decl, n_seg, &e);
   if (rc != 0)
     return rc;
-  e->dtype = decl->dtype;
-  e->ndim = decl->ndim;
-  memcpy(e->shape, decl->shape, sizeof e->shape);
-  e->n_elems = decl->n_elems;
-  e->raw_bytes = decl->raw_bytes;
   for (uint64_t i = 0; i < n_seg; i++) {
     lct__segment *sg = &e->segments[i];
     sg->raw_offset = i * seg_bytes;

@@ -50,6 +50,9 @@ typedef struct lct__entry {
 
 /* A new entry holding one reference, with n_segments zeroed segments. */
 int lct__entry_new(lct__pool *pool, const uint8_t *key, size_t key_len, size_t n_segments, lct__entry **out);
+/* lct__entry_new with the tensor's dtype, shape and sizes taken from its checked declaration. */
+int lct__entry_declared(lct__pool *pool, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
+                        size_t n_segments, lct__entry **out);
 void lct__entry_ref(lct__entry *e);
 /* Drops a reference; the last one frees the segments back to the pool. */
 void lct__entry_unref(lct__entry *e);

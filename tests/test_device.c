@@ -5,20 +5,13 @@
 
 #include "lct_checksum.h"
 #include "lctd_harness.h"
+#include "test_gpu.h"
 #include "test_util.h"
 
 /* Real tensor slices: every coded dtype's kinds of training state. */
 static const char *const slices[] = {"A_s100_w.bf16.bin", "A_s100_v.bf16.bin", "A_s400_m.f32.bin",
                                      "A_s400_g.f32.bin", "A_s400_act.bf16.bin", "A_s100_w.f32.bin"};
 #define N_SLICES (sizeof slices / sizeof slices[0])
-
-#define NEED_GPU()                                                             \
-  do {                                                                         \
-    int n_ = 0;                                                                \
-    if (cudaGetDeviceCount(&n_) != cudaSuccess || n_ == 0) cr_skip_test("no CUDA device"); \
-  } while (0)
-
-#define CUDA_CHECK(call) cr_assert_eq((call), cudaSuccess, "%s", #call)
 
 static test_lctd lctd;
 

@@ -3,13 +3,12 @@
 
 #include "lct_checksum.h"
 #include "lctd_harness.h"
+#include "test_gpu.h"
 #include "test_util.h"
 
 static const char *const slices[] = {"A_s100_w.bf16.bin", "A_s400_v.bf16.bin", "A_s400_m.f32.bin",
                                      "A_s400_g.f32.bin"};
 #define N_SLICES (sizeof slices / sizeof slices[0])
-
-#define CUDA_CHECK(call) cr_assert_eq((call), cudaSuccess, "%s", #call)
 
 static test_lctd lctd;
 

@@ -3,15 +3,8 @@
 #include <stdlib.h>
 
 #include "lctd_harness.h"
+#include "test_gpu.h"
 #include "test_util.h"
-
-#define NEED_GPU()                                                                          \
-  do {                                                                                      \
-    int n_ = 0;                                                                             \
-    if (cudaGetDeviceCount(&n_) != cudaSuccess || n_ == 0) cr_skip_test("no CUDA device"); \
-  } while (0)
-
-#define CUDA_CHECK(call) cr_assert_eq((call), cudaSuccess, "%s", #call)
 
 #define N 24               /* tensors */
 #define BYTES (16u << 20)  /* raw bytes of each: 16 segments */

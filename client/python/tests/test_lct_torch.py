@@ -163,6 +163,22 @@ class TestTraining(unittest.TestCase):
                         self.assertGreater(tensors, 10)
                         self.assertLess(blob, raw)
 
+    def test_a_tensor_saved_twice_is_held_once(self):
+        torch.manual_seed(2)
+        lin1, lin2 = nn.Linear(64, 64), nn.Linear(64, 64)
+        x = torch.randn(32, 64, requires_grad=True)
+
+        def loss():
+            h = torch.tanh(x)  # saved by tanh, lin1 and lin2
+            return (lin1(h) * lin2(h)).sum()
+
+        base = torch.autograd.grad(loss(), [x, lin1.weight, lin2.weight])
+        with lt.compressed_activations(codec=lt.Codec(), min_bytes=1024) as ctx:
+            out = loss()
+        self.assertEqual(ctx.tensors, 3)  # h, and the two products' operands
+        for a, b in zip(torch.autograd.grad(out, [x, lin1.weight, lin2.weight]), base):
+            self.assertTrue(same_bits(a, b))
+
     def test_parameters_are_placeholders_between_uses(self):
         model = Net()
         before = {n: p.detach().clone() for n, p in model.named_parameters()}

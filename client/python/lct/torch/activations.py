@@ -9,8 +9,8 @@ from ._codec import CODED, default_codec, layout
 
 
 class _Activation(_saved.Handle):
-    """A saved tensor: raw until its batch is encoded, then its blob (and, once prefetched, its decoded value
-    until backward takes it)."""
+    """A saved tensor: raw until its batch is encoded, then its blob (and, once decoded, its value for as long
+    as autograd holds the handle: every operation that saved the tensor gets that one decode)."""
     __slots__ = ("owner", "index", "raw", "packed", "decoded", "__weakref__")
 
     def __init__(self, owner, index, raw):
@@ -21,8 +21,7 @@ class _Activation(_saved.Handle):
             return self.raw
         if self.decoded is None:
             self.owner._prefetch(self)
-        t, self.decoded = self.decoded, None
-        return t
+        return self.decoded
 
 
 class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
@@ -48,11 +47,12 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         self.min_bytes, self.batch_bytes, self.prefetch_bytes = min_bytes, batch_bytes, prefetch_bytes
         self._pending, self._pending_bytes, self._ordinal = [], 0, 0
         self._saved = []  # weak references to this pass's saved tensors, in the order they were saved
+        self._by_tensor = {}  # id(tensor) -> weak references to it and its handle, and its version
         self.tensors, self._totals = 0, (0, 0)
         super().__init__(self.pack, _saved.unpack)
 
     def __enter__(self):
-        self._ordinal, self._saved = 0, []
+        self._ordinal, self._saved, self._by_tensor = 0, [], {}
         self.tensors, self._totals = 0, tuple(self.codec.totals["activation"])
         _saved.activation_stack().append(self)
         super().__enter__()
@@ -79,10 +79,15 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         handle = _saved.parameter_handle(t)
         if handle is not None:
             return handle
+        # A tensor several operations save (a norm's output read by the q, k and v projections) is held once.
+        seen = self._by_tensor.get(id(t))
+        if seen is not None and seen[0]() is t and seen[2] == t._version and (held := seen[1]()) is not None:
+            return held
         if not self.eligible(t):
             return t
         saved = _Activation(self, len(self._saved), t)
         self._saved.append(weakref.ref(saved))
+        self._by_tensor[id(t)] = (weakref.ref(t), self._saved[-1], t._version)
         self._pending.append((self._saved[-1], ("activation", self._ordinal, str(t.dtype))))
         self._ordinal += 1
         self._pending_bytes += t.numel() * t.element_size()

@@ -59,9 +59,9 @@ typedef struct lct_options {
                              host memory and every byte crosses the socket (what a remote trainer measures on
                              lctd's own host); 0: $LCT_HOST_PATH ("1" sets it), else device to device where lctd
                              can */
-  int connections;        /* connections to lctd that the frames of a large tensor spread over, each with
-                             requests in flight; 0: $LCT_CONNECTIONS, else 1; at most 16. More than one only
-                             without a token (each connection would authenticate apart): else LCT_EINVAL */
+  int connections;        /* connections to lctd (lanes, each a socket of its own that proves the token by
+                             itself) that the frames of a large tensor and queued host jobs spread over, one
+                             request in flight on each; 0: $LCT_CONNECTIONS, else 1; at most 16 */
 } lct_options;
 
 /* Sets every field to its default (0 or NULL, as each says) and o->size.
@@ -116,7 +116,7 @@ LCT_API int lct_get(lct_client *c, const char *key, void *buf, size_t cap, lct_t
 LCT_API int lct_get_alloc(lct_client *c, const char *key, void **data, lct_tensor_info *info);
 
 /* Large tensors travel in frames, spread over lct_options.connections
- * connections, one request in flight at a time (lctd's nanomsg socket drops
+ * connections, one request in flight on each (lctd's nanomsg socket drops
  * a reply that overlaps an earlier one on its connection).
  *
  * Encoded tensors: the bytes on the wire are blobs of proto/FORMAT.md, which

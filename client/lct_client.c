@@ -51,11 +51,24 @@ static uint64_t lct__now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Connections to lctd that broke since the socket was opened. */
-static uint64_t lct__breaks(const lct_client *c) { return nn_get_statistic(c->sock, NN_STAT_BROKEN_CONNECTIONS); }
+/* Connections to lctd that broke since the lane was opened. */
+static uint64_t lct__lane_breaks(const lct__lane *l) { return nn_get_statistic(l->sock, NN_STAT_BROKEN_CONNECTIONS); }
 
-static int lct__connected(const lct_client *c) {
-  return nn_get_statistic(c->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
+/* Over every lane. */
+static uint64_t lct__breaks(const lct_client *c) {
+  uint64_t n = 0;
+  for (int i = 0; i < c->connections; i++)
+    n += lct__lane_breaks(&c->lanes[i]);
+  return n;
+}
+
+static int lct__connected(const lct__lane *l) {
+  return nn_get_statistic(l->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
+}
+
+/* Whether the lane may carry a request now: no token, or authenticated and unbroken since. */
+static int lct__lane_ready(const lct_client *c, const lct__lane *l) {
+  return c->token_len == 0 || (l->authenticated && lct__lane_breaks(l) == l->auth_breaks);
 }
 
 /* The request id a reply carries back in its SP header; 0 (never sent) for none. */
@@ -71,18 +84,11 @@ static uint32_t lct__reply_id(const struct nn_msghdr *mh) {
   return spsz == 4 ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3] : 0;
 }
 
-/* Sends one message and waits for its reply, in slices of LCT__SLICE_MS so
- * that a broken connection ends the wait. The socket is raw: nothing is ever
- * sent again behind the caller's back, and a reply is matched to its request
- * by the id in its SP header (a late one to an earlier request is dropped).
- * 0 with *msg and *len; LCT_ETIMEDOUT after timeout_ms (< 0: none); LCT_ECONN
- * with *lost 0 when no connection stood for grace_ms so nothing was sent, 1
- * when the connection it went out on broke. Sets c->err, and on a reply
- * c->breaks_seen. */
-/* Sends one message under a new request id (*id), waiting for a connection
- * as lct__exchange says. 0, LCT_ECONN or LCT_ETIMEDOUT with c->err. */
-static int lct__send(lct_client *c, struct nn_iovec *iov, int niov, uint64_t start, uint64_t deadline, int timeout_ms,
-                     uint32_t *id) {
+/* Sends one message on lane l under a new request id (*id, which becomes
+ * the lane's in flight), waiting for a connection as lct__exchange says. 0,
+ * LCT_ECONN or LCT_ETIMEDOUT with c->err. */
+static int lct__send(lct_client *c, lct__lane *l, struct nn_iovec *iov, int niov, uint64_t start, uint64_t deadline,
+                     int timeout_ms, uint32_t *id) {
   uint64_t up = start;
   *id = ++c->request_id | 0x80000000u; /* the top bit ends an SP backtrace */
   union {
@@ -100,15 +106,17 @@ static int lct__send(lct_client *c, struct nn_iovec *iov, int niov, uint64_t sta
   p[0] = (uint8_t)(*id >> 24), p[1] = (uint8_t)(*id >> 16), p[2] = (uint8_t)(*id >> 8), p[3] = (uint8_t)*id;
   struct nn_msghdr mh = {.msg_iov = iov, .msg_iovlen = niov, .msg_control = &ctl, .msg_controllen = sizeof ctl};
   for (;;) {
-    if (nn_sendmsg(c->sock, &mh, 0) >= 0)
+    if (nn_sendmsg(l->sock, &mh, 0) >= 0) {
+      l->in_flight = *id;
       return 0;
+    }
     int e = nn_errno();
     if (e == EINTR)
       continue;
     if (e != ETIMEDOUT)
       return lct__fail(c, LCT_ECONN, "send: %s", nn_strerror(e));
     uint64_t now = lct__now_ms();
-    if (lct__connected(c))
+    if (lct__connected(l))
       up = now;
     else if (now - up >= (uint64_t)c->grace_ms || now >= deadline)
       return lct__fail(c, LCT_ECONN, "no connection to lctd within %llu ms; the request was not sent",
@@ -118,46 +126,95 @@ static int lct__send(lct_client *c, struct nn_iovec *iov, int niov, uint64_t sta
   }
 }
 
-/* Waits for the reply to one of the n requests ids (0: done with), in
- * slices, until deadline: 0 with *which, *msg and *len; LCT_ECONN with *lost
- * when a connection broke since breaks was counted (before the first of them
- * went out), LCT_ETIMEDOUT. A reply to another request is dropped. */
+/* Whether id is one of ids[0..n); *which its index. */
+static int lct__among(const uint32_t *ids, size_t n, uint32_t id, size_t *which) {
+  for (size_t i = 0; id != 0 && i < n; i++)
+    if (ids[i] == id) {
+      *which = i;
+      return 1;
+    }
+  return 0;
+}
+
+/* Forgets the requests of ids still in flight on their lanes: their replies,
+ * should they come, are dropped as late ones. */
+static void lct__abandon(lct_client *c, const uint32_t *ids, size_t n) {
+  size_t i;
+  for (int k = 0; k < c->connections; k++)
+    if (lct__among(ids, n, c->lanes[k].in_flight, &i))
+      c->lanes[k].in_flight = 0;
+}
+
+/* Waits for the reply to one of the n requests ids (0: done with), each in
+ * flight on its lane, in slices, until deadline: 0 with *which, *msg and
+ * *len; LCT_ECONN with *lost when a connection broke since breaks was
+ * counted (before the first of them went out), LCT_ETIMEDOUT (the others
+ * abandoned then). A reply to another request is dropped. */
 static int lct__await(lct_client *c, const uint32_t *ids, size_t n, uint64_t breaks, uint64_t deadline,
                       int timeout_ms, int *lost, size_t *which, void **msg, int *len) {
   for (;;) {
-    void *m = NULL;
-    union {
-      struct nn_cmsghdr h;
-      uint8_t bytes[NN_CMSG_SPACE(sizeof(size_t) + 64)];
-    } rctl;
-    memset(&rctl, 0, sizeof rctl);
-    struct nn_iovec riov = {&m, NN_MSG};
-    struct nn_msghdr rmh = {.msg_iov = &riov, .msg_iovlen = 1, .msg_control = &rctl, .msg_controllen = sizeof rctl};
-    int got = nn_recvmsg(c->sock, &rmh, 0);
-    if (got >= 0) {
-      uint32_t id = lct__reply_id(&rmh);
-      for (size_t i = 0; i < n; i++) {
-        if (id != 0 && ids[i] == id) {
-          *which = i;
+    struct nn_pollfd pf[LCT__CONNECTIONS_MAX];
+    lct__lane *pl[LCT__CONNECTIONS_MAX];
+    int np = 0;
+    for (int k = 0; k < c->connections; k++)
+      if (lct__among(ids, n, c->lanes[k].in_flight, which)) {
+        pl[np] = &c->lanes[k];
+        pf[np++] = (struct nn_pollfd){.fd = c->lanes[k].sock, .events = NN_POLLIN};
+      }
+    if (np == 0)
+      return lct__fail(c, LCT_EPROTO, "no request in flight to wait for");
+    /* One lane waits in its own receive; several in a poll, then a receive that cannot block. */
+    lct__lane *l = pl[0];
+    if (np > 1) {
+      int r = nn_poll(pf, np, LCT__SLICE_MS);
+      if (r < 0 && nn_errno() != EINTR) {
+        lct__abandon(c, ids, n);
+        return lct__fail(c, LCT_ECONN, "poll: %s", nn_strerror(nn_errno()));
+      }
+      l = NULL;
+      for (int k = 0; r > 0 && k < np && l == NULL; k++)
+        if (pf[k].revents & NN_POLLIN)
+          l = pl[k];
+    }
+    while (l != NULL) {
+      void *m = NULL;
+      union {
+        struct nn_cmsghdr h;
+        uint8_t bytes[NN_CMSG_SPACE(sizeof(size_t) + 64)];
+      } rctl;
+      memset(&rctl, 0, sizeof rctl);
+      struct nn_iovec riov = {&m, NN_MSG};
+      struct nn_msghdr rmh = {.msg_iov = &riov, .msg_iovlen = 1, .msg_control = &rctl, .msg_controllen = sizeof rctl};
+      int got = nn_recvmsg(l->sock, &rmh, np > 1 ? NN_DONTWAIT : 0);
+      if (got >= 0) {
+        uint32_t id = lct__reply_id(&rmh);
+        if (id != 0 && id == l->in_flight && lct__among(ids, n, id, which)) {
+          l->in_flight = 0;
           *msg = m;
           *len = got;
           return 0;
         }
+        nn_freemsg(m);
+        continue;
       }
-      nn_freemsg(m);
-      continue;
+      int e = nn_errno();
+      if (e == EINTR)
+        continue;
+      if (e != ETIMEDOUT && e != EAGAIN) {
+        lct__abandon(c, ids, n);
+        return lct__fail(c, LCT_ECONN, "receive: %s", nn_strerror(e));
+      }
+      break;
     }
-    int e = nn_errno();
-    if (e == EINTR)
-      continue;
-    if (e != ETIMEDOUT)
-      return lct__fail(c, LCT_ECONN, "receive: %s", nn_strerror(e));
     if (lct__breaks(c) != breaks) {
       *lost = 1;
+      lct__abandon(c, ids, n);
       return lct__fail(c, LCT_ECONN, "the connection to lctd broke while the request was in flight");
     }
-    if (lct__now_ms() >= deadline)
+    if (lct__now_ms() >= deadline) {
+      lct__abandon(c, ids, n);
       return lct__fail(c, LCT_ETIMEDOUT, "no reply within %d ms", timeout_ms);
+    }
   }
 }
 
@@ -173,15 +230,15 @@ static uint64_t lct__deadline(uint64_t start, int timeout_ms) {
  * with *lost 0 when no connection stood for grace_ms so nothing was sent, 1
  * when the connection it went out on broke. Sets c->err, and on a reply
  * c->breaks_seen. */
-static int lct__exchange(lct_client *c, struct nn_iovec *iov, int niov, int timeout_ms, int *lost, void **msg,
-                         int *len) {
+static int lct__exchange(lct_client *c, lct__lane *l, struct nn_iovec *iov, int niov, int timeout_ms, int *lost,
+                         void **msg, int *len) {
   uint64_t start = lct__now_ms(), deadline = lct__deadline(start, timeout_ms);
   *lost = 0;
   /* Counted before the send: a break after it is this request's loss. */
   uint64_t breaks = lct__breaks(c);
   uint32_t id;
   size_t which;
-  int rc = lct__send(c, iov, niov, start, deadline, timeout_ms, &id);
+  int rc = lct__send(c, l, iov, niov, start, deadline, timeout_ms, &id);
   if (rc == 0 && (rc = lct__await(c, &id, 1, breaks, deadline, timeout_ms, lost, &which, msg, len)) == 0)
     c->breaks_seen = breaks;
   return rc;
@@ -225,7 +282,7 @@ static int lct__probe(lct_client *c, int timeout_ms, uint64_t *was) {
   struct nn_iovec iov = {c->hdr, len};
   int lost, n;
   void *msg;
-  if (lct__exchange(c, &iov, 1, timeout_ms >= 0 && timeout_ms < c->grace_ms ? timeout_ms : c->grace_ms, &lost,
+  if (lct__exchange(c, &c->lanes[0], &iov, 1, timeout_ms >= 0 && timeout_ms < c->grace_ms ? timeout_ms : c->grace_ms, &lost,
                     &msg, &n) != 0)
     return LCT_ECONN;
   lct_wire_frame f;
@@ -264,8 +321,8 @@ static int lct__reply_take(lct_client *c, void *msg, int len, lct__reply *out) {
 /* Packs rq, sends it with plen payload bytes and parses the reply into *out,
  * whatever its status: 0, or lct__exchange's error (and *lost) or
  * LCT_EPROTO. */
-static int lct__round_trip(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, int timeout_ms,
-                           int *lost, lct__reply *out) {
+static int lct__round_trip(lct_client *c, lct__lane *l, Lctpb__Request *rq, const void *payload, size_t plen,
+                           int timeout_ms, int *lost, lct__reply *out) {
   memset(out, 0, sizeof *out);
   *lost = 0;
   size_t len;
@@ -275,7 +332,7 @@ static int lct__round_trip(lct_client *c, Lctpb__Request *rq, const void *payloa
   struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
   int n;
   void *msg;
-  if ((rc = lct__exchange(c, iov, plen > 0 ? 2 : 1, timeout_ms, lost, &msg, &n)) != 0)
+  if ((rc = lct__exchange(c, l, iov, plen > 0 ? 2 : 1, timeout_ms, lost, &msg, &n)) != 0)
     return rc;
   return lct__reply_take(c, msg, n, out);
 }
@@ -294,7 +351,7 @@ static int lct__status_fail(lct_client *c, lct__reply *r, const char *hint) {
 /* Answers the challenge nonce with the token's proof (proto/lct_auth.h): 0
  * once lctd has authenticated the connection. A challenge lctd no longer
  * holds is answered once more, with the new one its refusal carries. */
-static int lct__answer(lct_client *c, const uint8_t nonce[LCT_AUTH_NONCE_BYTES], int timeout_ms) {
+static int lct__answer(lct_client *c, lct__lane *l, const uint8_t nonce[LCT_AUTH_NONCE_BYTES], int timeout_ms) {
   uint8_t server_nonce[LCT_AUTH_NONCE_BYTES], client_nonce[LCT_AUTH_NONCE_BYTES], proof[LCT_AUTH_PROOF_BYTES];
   memcpy(server_nonce, nonce, sizeof server_nonce);
   for (int attempt = 0;; attempt++) {
@@ -306,7 +363,7 @@ static int lct__answer(lct_client *c, const uint8_t nonce[LCT_AUTH_NONCE_BYTES],
     rq.auth_client_nonce = (ProtobufCBinaryData){sizeof client_nonce, client_nonce};
     rq.auth_proof = (ProtobufCBinaryData){sizeof proof, proof};
     lct__reply r;
-    int lost, rc = lct__round_trip(c, &rq, NULL, 0, timeout_ms, &lost, &r);
+    int lost, rc = lct__round_trip(c, l, &rq, NULL, 0, timeout_ms, &lost, &r);
     if (rc != 0)
       return rc;
     if (r.hdr->status == 0) {
@@ -324,19 +381,19 @@ static int lct__answer(lct_client *c, const uint8_t nonce[LCT_AUTH_NONCE_BYTES],
  * before a request goes out on it: AUTH asks for a challenge, which the
  * token answers. An endpoint that authenticates nobody answers without one,
  * an lctd from before AUTH with LCT_EOP: nothing to prove there. */
-static int lct__authenticate(lct_client *c, int timeout_ms) {
-  uint64_t breaks = lct__breaks(c);
+static int lct__authenticate(lct_client *c, lct__lane *l, int timeout_ms) {
+  uint64_t breaks = lct__lane_breaks(l);
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   rq.op = LCTPB__OP__OP_AUTH;
   lct__reply r;
-  int lost, rc = lct__round_trip(c, &rq, NULL, 0, timeout_ms, &lost, &r);
+  int lost, rc = lct__round_trip(c, l, &rq, NULL, 0, timeout_ms, &lost, &r);
   if (rc != 0)
     return rc;
   if (r.hdr->status == 0 && r.hdr->has_auth_nonce) {
     uint8_t nonce[LCT_AUTH_NONCE_BYTES];
     memcpy(nonce, r.hdr->auth_nonce.data, sizeof nonce);
     lct__reply_free(&r);
-    rc = lct__answer(c, nonce, timeout_ms);
+    rc = lct__answer(c, l, nonce, timeout_ms);
   } else if (r.hdr->status == 0 || r.hdr->status == (uint32_t)-LCT_EOP) {
     lct__reply_free(&r);
   } else {
@@ -347,8 +404,8 @@ static int lct__authenticate(lct_client *c, int timeout_ms) {
                               : "");
   }
   if (rc == 0) {
-    c->authenticated = 1;
-    c->auth_breaks = breaks;
+    l->authenticated = 1;
+    l->auth_breaks = breaks;
   }
   return rc;
 }
@@ -373,12 +430,12 @@ static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *paylo
                 c->grace_ms);
     return rc;
   }
-  if (c->token_len > 0 && (!c->authenticated || lct__breaks(c) != c->auth_breaks) &&
-      (rc = lct__authenticate(c, timeout_ms)) != 0)
+  lct__lane *l = &c->lanes[0];
+  if (!lct__lane_ready(c, l) && (rc = lct__authenticate(c, l, timeout_ms)) != 0)
     return rc;
   for (int attempt = 0;; attempt++) {
     int lost;
-    rc = lct__round_trip(c, rq, payload, plen, timeout_ms, &lost, out);
+    rc = lct__round_trip(c, l, rq, payload, plen, timeout_ms, &lost, out);
     if (rc != 0 && lost) {
       int probe = lct__probe(c, -1, &was);
       if (probe == LCT_ERESTARTED)
@@ -419,11 +476,11 @@ static int lct__call_within(lct_client *c, Lctpb__Request *rq, const void *paylo
     uint8_t nonce[LCT_AUTH_NONCE_BYTES];
     memcpy(nonce, out->hdr->auth_nonce.data, sizeof nonce);
     lct__reply_free(out);
-    uint64_t breaks = lct__breaks(c);
-    if ((rc = lct__answer(c, nonce, timeout_ms)) != 0)
+    uint64_t breaks = lct__lane_breaks(l);
+    if ((rc = lct__answer(c, l, nonce, timeout_ms)) != 0)
       return rc;
-    c->authenticated = 1;
-    c->auth_breaks = breaks;
+    l->authenticated = 1;
+    l->auth_breaks = breaks;
   }
 }
 
@@ -432,13 +489,20 @@ int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t ple
 }
 
 int lct__post(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, uint32_t *id) {
+  lct__lane *l = NULL;
+  for (int k = 0; k < c->connections && l == NULL; k++)
+    if (c->lanes[k].in_flight == 0)
+      l = &c->lanes[k];
+  if (l == NULL)
+    return lct__fail(c, LCT_EBUSY, "every connection to lctd has a request in flight");
+  /* A lane met for the first time (or broken since) proves the token before it carries a request. */
+  int rc = lct__lane_ready(c, l) ? 0 : lct__authenticate(c, l, c->timeout_ms);
   size_t len;
-  int rc = lct__pack(c, rq, plen, &len);
-  if (rc != 0)
+  if (rc != 0 || (rc = lct__pack(c, rq, plen, &len)) != 0)
     return rc;
   struct nn_iovec iov[2] = {{c->hdr, len}, {(void *)payload, plen}};
   uint64_t start = lct__now_ms();
-  return lct__send(c, iov, plen > 0 ? 2 : 1, start, lct__deadline(start, c->timeout_ms), c->timeout_ms, id);
+  return lct__send(c, l, iov, plen > 0 ? 2 : 1, start, lct__deadline(start, c->timeout_ms), c->timeout_ms, id);
 }
 
 int lct__collect(lct_client *c, const uint32_t *ids, size_t n, size_t *which, lct__reply *out) {
@@ -467,7 +531,7 @@ int lct__reply_status(lct_client *c, lct__reply *r) {
 }
 
 int lct__pipeline_ready(const lct_client *c) {
-  return lct__breaks(c) == c->breaks_seen && (c->token_len == 0 || (c->authenticated && lct__breaks(c) == c->auth_breaks));
+  return lct__breaks(c) == c->breaks_seen && lct__lane_ready(c, &c->lanes[0]);
 }
 
 
@@ -519,13 +583,31 @@ static int lct__options_read(const lct_options *opts, lct_options *o) {
   return 0;
 }
 
-/* n connections to the endpoint on one socket: nanomsg spreads the requests
- * over them, each its own stream. */
-static int lct__connect_all(int sock, const char *endpoint, int n) {
-  for (int i = 0; i < n; i++)
-    if (nn_connect(sock, endpoint) < 0)
-      return -1;
+/* Opens lane l to endpoint: 0, or -1 (the socket closed again). */
+static int lct__lane_open(lct__lane *l, const char *endpoint, size_t frame) {
+  int max_msg = lct_wire_msg_max(frame);
+  int one = 1, buf = LCT__SOCKET_BUFFER, slice = LCT__SLICE_MS;
+  memset(l, 0, sizeof *l);
+  /* Raw: a cooked REQ socket sends a request again, unasked, when its
+   * connection drops (to a restarted lctd, say) or a resend interval passes. */
+  if ((l->sock = nn_socket(AF_SP_RAW, NN_REQ)) < 0)
+    return -1;
+  if (nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_msg, sizeof max_msg) < 0 ||
+      nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf) < 0 ||
+      nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf) < 0 ||
+      nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &slice, sizeof slice) < 0 ||
+      nn_setsockopt(l->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &slice, sizeof slice) < 0 ||
+      (strncmp(endpoint, "tcp://", 6) == 0 && nn_setsockopt(l->sock, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0) ||
+      nn_connect(l->sock, endpoint) < 0) {
+    nn_close(l->sock);
+    return -1;
+  }
   return 0;
+}
+
+static void lct__lanes_close(lct_client *c, int n) {
+  for (int i = 0; i < n; i++)
+    nn_close(c->lanes[i].sock);
 }
 
 int lct_connect(const lct_options *opts, lct_client **out) {
@@ -565,33 +647,16 @@ int lct_connect(const lct_options *opts, lct_client **out) {
     free(c);
     return LCT_EACCES;
   }
-  if (connections > 1 && c->token_len > 0) { /* each connection would authenticate apart */
-    sodium_memzero(c->token, sizeof c->token);
-    free(c);
-    return LCT_EINVAL;
-  }
-  int max_msg = lct_wire_msg_max(frame);
-  int one = 1, buf = LCT__SOCKET_BUFFER, slice = LCT__SLICE_MS;
-  /* Raw: a cooked REQ socket sends a request again, unasked, when its
-   * connection drops (to a restarted lctd, say) or a resend interval passes. */
-  if ((c->sock = nn_socket(AF_SP_RAW, NN_REQ)) < 0) {
-    free(c);
-    return LCT_ENOMEM;
-  }
-  if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max_msg, sizeof max_msg) < 0 ||
-      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDBUF, &buf, sizeof buf) < 0 ||
-      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVBUF, &buf, sizeof buf) < 0 ||
-      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &slice, sizeof slice) < 0 ||
-      nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &slice, sizeof slice) < 0 ||
-      (strncmp(o.endpoint, "tcp://", 6) == 0 &&
-       nn_setsockopt(c->sock, NN_TCP, NN_TCP_NODELAY, &one, sizeof one) < 0) ||
-      lct__connect_all(c->sock, o.endpoint, connections) < 0) {
-    nn_close(c->sock);
-    free(c);
-    return LCT_EINVAL;
-  }
+  for (int i = 0; i < connections; i++)
+    if (lct__lane_open(&c->lanes[i], o.endpoint, frame) != 0) {
+      lct__lanes_close(c, i);
+      sodium_memzero(c->token, sizeof c->token);
+      free(c);
+      return LCT_EINVAL;
+    }
   if (lct__jobs_init(c) != 0) {
-    nn_close(c->sock);
+    lct__lanes_close(c, connections);
+    sodium_memzero(c->token, sizeof c->token);
     free(c);
     return LCT_ENOMEM;
   }
@@ -616,7 +681,7 @@ void lct_close(lct_client *c) {
   if (c == NULL)
     return;
   lct__jobs_stop(c);
-  nn_close(c->sock);
+  lct__lanes_close(c, c->connections);
   free(c->hdr);
   sodium_memzero(c->token, sizeof c->token);
   free(c);

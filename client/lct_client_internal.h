@@ -49,8 +49,26 @@ typedef struct lct__jobs {
   atomic_int closing;       /* read under waiting_on's lock too */
 } lct__jobs;
 
+/* Requests in flight on one connection: one. lctd's raw REP socket drops a
+ * reply to a connection that is still sending an earlier one (nanomsg
+ * 1.1.5), so replies must not overlap on a connection; a client pipelines
+ * over several. The bytes stay within lctd's default bounds per connection
+ * (64 MiB). */
+#define LCT__WINDOW_REQUESTS 1
+#define LCT__WINDOW_BYTES (48u << 20)
+#define LCT__CONNECTIONS_MAX 16
+
+/* One connection to lctd: a raw NN_REQ socket of its own (liblct numbers its
+ * requests and never resends one), with its own authentication. */
+typedef struct lct__lane {
+  int sock;
+  uint32_t in_flight;    /* the id of its request awaiting a reply; 0: none */
+  int authenticated;     /* it authenticated with the token (or needs none) */
+  uint64_t auth_breaks;  /* its broken connections counted when it did: another since, and it does again */
+} lct__lane;
+
 struct lct_client {
-  int sock;              /* a raw NN_REQ socket: liblct numbers its requests and never resends one */
+  lct__lane lanes[LCT__CONNECTIONS_MAX]; /* lanes[0] carries every single request; all carry pipelined ones */
   int timeout_ms;        /* a request's; -1: none */
   int save_timeout_ms;   /* a SAVE's; -1: none */
   int grace_ms;          /* how long a call waits for a connection to lctd */
@@ -61,13 +79,11 @@ struct lct_client {
   uint8_t *hdr;          /* prefix + packed request header */
   size_t hdr_cap;
   size_t token_len;      /* 0: no auth token */
-  uint8_t token[LCT_TOKEN_MAX]; /* proves itself by challenge-response; never sent */
-  int authenticated;     /* a connection authenticated with token (or needing none) */
-  uint64_t auth_breaks;  /* broken connections counted when it did: another since, and a new one does again */
+  uint8_t token[LCT_TOKEN_MAX]; /* proves itself by challenge-response on every lane; never sent */
   char err[512];
   size_t failed_item;    /* a failed _MANY request's item at fault (the server's failed_item); SIZE_MAX: none */
   int host_path;         /* never the device path (lct_options.host_path) */
-  int connections;       /* connections the socket holds to lctd */
+  int connections;       /* lanes */
   uint64_t segment_bytes; /* lctd's segment_size; 0: it takes no blobs */
 #ifdef LCT_CLIENT_CUDA
   lct__device_state device;
@@ -93,10 +109,12 @@ int lct__fail(lct_client *c, int rc, const char *fmt, ...) __attribute__((format
  * message in c->err. */
 int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, lct__reply *out);
 
-/* Pipelined requests, after a lct__call has authenticated the connection and
+/* Pipelined requests, after a lct__call has authenticated the first lane and
  * met its lctd: lct__post sends one (header plus optional payload, which
- * nanomsg copies: it may be reused at once) under a new id and returns
- * without its reply; lct__collect waits for the reply to any of the n ids
+ * nanomsg copies: it may be reused at once) under a new id on a lane with
+ * none in flight (authenticating the lane first where it must; LCT_EBUSY
+ * when every lane is busy) and returns without its reply; lct__collect
+ * waits for the reply to any of the n ids
  * (0 for those already taken), *which, and parses it (its status is the
  * caller's: lct__reply_status). A broken connection since the last
  * lct__call's reply is LCT_ECONN, another lctd instance LCT_ERESTARTED. */
@@ -107,15 +125,6 @@ int lct__collect(lct_client *c, const uint32_t *ids, size_t n, size_t *which, lc
 int lct__reply_status(lct_client *c, lct__reply *r);
 /* Sets rq's key: 0, or LCT_ENAMETOOLONG for one of no or too many bytes. */
 int lct__key_of(lct_client *c, const char *key, Lctpb__Request *rq);
-
-/* Requests and their bytes in flight on one connection of a pipelined
- * transfer. One: lctd's raw REP socket drops a reply to a connection that is
- * still sending an earlier one (nanomsg 1.1.5), so replies must not overlap
- * until lctd queues them per connection. The bytes stay within lctd's
- * default bounds per connection (64 MiB). */
-#define LCT__WINDOW_REQUESTS 1
-#define LCT__WINDOW_BYTES (48u << 20)
-#define LCT__CONNECTIONS_MAX 16
 
 /* The requests in flight of a pipelined transfer (lct_client_pipe.c). */
 typedef struct lct__window {
@@ -135,8 +144,8 @@ int lct__window_post(lct_client *c, lct__window *w, Lctpb__Request *rq, const vo
                      uint64_t bytes, lct__take_fn take, void *arg, size_t *slot);
 /* Takes the replies still in flight. */
 int lct__window_drain(lct_client *c, lct__window *w, lct__take_fn take, void *arg);
-/* Whether requests may be pipelined now: the connection authenticated (or
- * needing none) and unbroken since the last reply. */
+/* Whether requests may be pipelined now: the first lane authenticated (or
+ * needing none) and no lane broken since the last reply. */
 int lct__pipeline_ready(const lct_client *c);
 
 /* A put's declaration, checked as lctd checks it: bytes must be what dtype

@@ -39,6 +39,10 @@ typedef struct lct__batch_seg {
  * not the backend's. */
 typedef struct lct__backend_ops {
   const char *name;
+  /* 1: encode, decode, read and write keep no per-worker state and wait on
+   * no device, so lctd may run small ones on its loop thread (worker
+   * LCT__LOOP_WORKER) rather than pay a hand-off to a worker and back. */
+  int loop_codec;
   /* Blob memory of at least bytes; LCT_ENOMEM (host memory, or the device's
    * when it has none left to map) or LCT_ENOSPC (the range is fragmented)
    * on failure. */

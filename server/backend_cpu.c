@@ -54,6 +54,7 @@ static int lct__cpu_write(void *ctx, const void *src, size_t len, void *blob) {
 /* No device path: device puts and gets fall back to the host path. */
 static const lct__backend_ops lct__cpu_ops = {
     .name = "cpu",
+    .loop_codec = 1,
     .alloc = lct__cpu_alloc,
     .shrink = lct__cpu_shrink,
     .release = lct__cpu_release,

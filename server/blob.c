@@ -8,6 +8,7 @@
 
 #include "lct_checksum.h"
 #include "log.h"
+#include "work.h"
 #include "workers.h"
 
 /* ---- the layout of an encoded put --------------------------------------- */
@@ -218,8 +219,11 @@ int lct__accept_start(lct__server *srv, const uint8_t *key, size_t key_len, cons
   for (size_t i = 0; i < n; i++) {
     job->tasks[i].task.run = lct__accept_run;
     job->tasks[i].task.done = lct__accept_done;
-    lct__workers_submit(srv->workers, &job->tasks[i].task);
   }
+  /* Prepared first: the last task's done ends (frees) the job when it runs here. */
+  int here = lct__work_here(srv, decl->raw_bytes);
+  for (size_t i = 0; i < n; i++)
+    lct__work_submit(srv, &job->tasks[i].task, here);
   return 0;
 }
 
@@ -274,12 +278,17 @@ int lct__blobs_read_start(lct__server *srv, lct__entry *e, size_t first, size_t 
   job->cb = cb;
   job->arg = arg;
   job->n_tasks = job->pending = n;
+  uint64_t bytes = 0;
   for (size_t i = 0; i < n; i++) {
     job->tasks[i] = (lct__read_task){.job = job, .seg = first + i, .dst = dst};
     dst += e->segments[first + i].blob_bytes;
+    bytes += e->segments[first + i].blob_bytes;
     job->tasks[i].task.run = lct__read_run;
     job->tasks[i].task.done = lct__read_done;
-    lct__workers_submit(srv->workers, &job->tasks[i].task);
   }
+  /* Prepared first: the last task's done ends (frees) the job when it runs here. */
+  int here = lct__work_here(srv, bytes);
+  for (size_t i = 0; i < n; i++)
+    lct__work_submit(srv, &job->tasks[i].task, here);
   return 0;
 }

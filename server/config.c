@@ -86,6 +86,9 @@ static const lct__cfg_def lct__cfg_table[] = {
      "bytes in flight on one connection; a request beyond them is answered LCT_EBUSY, unless it is the connection's only one"},
     {"threads", LCT__CFG_INT, LCT__OFF(threads), 0, 1024, "0", NULL, 0, NULL,
      "codec worker threads; 0: one per CPU"},
+    {"inline_size", LCT__CFG_SIZE, LCT__OFF(inline_size), 0, 1 << 20, "64K", NULL, 1, NULL,
+     "cpu backend: a put or get of up to this many raw bytes is coded on the loop thread, which costs less than "
+     "the hand-off to a codec worker and back; 0: every one on the workers"},
     {"log_level", LCT__CFG_ENUM, LCT__OFF(log_level), 0, 0, "info", lct__levels, 1, NULL,
      "error, warn, info or debug"},
     {"metrics", LCT__CFG_ADDR, LCT__OFF(metrics), 0, 255, "off", NULL, 0, "127.0.0.1:9878",

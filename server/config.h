@@ -25,6 +25,7 @@ typedef struct lct__config {
   int max_pending_puts;          /* chunked puts begun and not committed */
   uint64_t put_timeout_ms;       /* idle time after which a begun put is dropped */
   int threads;                   /* codec worker threads; 0: one per CPU */
+  uint64_t inline_size;          /* raw bytes up to which a request's coding runs on the loop thread */
   int log_level;                 /* LCT__LOG_* */
   char *metrics;                 /* HOST:PORT of the HTTP stats endpoint; "" when off */
   int port_offset;               /* added to tcp listen and metrics ports by lct__config_args (then 0) */

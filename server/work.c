@@ -10,6 +10,19 @@
 #include "log.h"
 #include "workers.h"
 
+int lct__work_here(const lct__server *srv, uint64_t bytes) {
+  return lct__pool_backend(srv->pool)->ops->loop_codec && bytes <= srv->cfg.inline_size;
+}
+
+void lct__work_submit(lct__server *srv, lct__task *t, int here) {
+  if (!here) {
+    lct__workers_submit(srv->workers, t);
+    return;
+  }
+  t->run(t, LCT__LOOP_WORKER);
+  t->done(t);
+}
+
 /* ---- put ---------------------------------------------------------------- */
 
 enum { LCT__DO_CRC = 1, LCT__DO_HIST = 2, LCT__DO_ENCODE = 4 };
@@ -184,11 +197,14 @@ static void lct__put_round(lct__put_job *job, int round) {
     }
   }
   job->pending = job->n_tasks;
-  for (size_t i = 0; i < job->n_tasks; i++) {
+  /* Counted before: the last task's done may end (free) the job when it runs here. */
+  size_t n = job->n_tasks;
+  int here = lct__work_here(job->srv, job->decl.raw_bytes);
+  for (size_t i = 0; i < n; i++) {
     lct__put_task *t = &job->tasks[i];
     t->task.run = lct__put_task_run;
     t->task.done = lct__put_task_done;
-    lct__workers_submit(job->srv->workers, &t->task);
+    lct__work_submit(job->srv, &t->task, here);
   }
 }
 
@@ -323,7 +339,10 @@ int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t le
     t->seg = first + i;
     t->task.run = lct__get_task_run;
     t->task.done = lct__get_task_done;
-    lct__workers_submit(srv->workers, &t->task);
   }
+  /* Prepared first: the last task's done ends (frees) the job when it runs here. */
+  int here = lct__work_here(srv, len);
+  for (size_t i = 0; i < n; i++)
+    lct__work_submit(srv, &job->tasks[i].task, here);
   return 0;
 }

@@ -6,6 +6,15 @@
 #include <stdint.h>
 
 #include "server.h"
+#include "workers.h"
+
+/* Whether coding bytes raw bytes runs on the loop thread: the backend
+ * allows it and it is within inline_size. */
+int lct__work_here(const lct__server *srv, uint64_t bytes);
+/* Runs t on a codec worker, or with here at once on the loop thread (run
+ * with LCT__LOOP_WORKER, then done: the task's job may be gone when it
+ * returns). */
+void lct__work_submit(lct__server *srv, lct__task *t, int here);
 
 /* Called on the loop thread when a put job ends: rc 0 and the installed entry
  * (borrowed), or a negative code and a reason. */

@@ -7,8 +7,10 @@
 /* A unit of codec work: run on a worker thread, then done on the loop thread.
  * The task's memory is the submitter's until done is called. */
 typedef struct lct__task lct__task;
+/* The worker index of a task run on the loop thread itself (work.h's lct__work_submit). */
+#define LCT__LOOP_WORKER (-1)
 struct lct__task {
-  void (*run)(lct__task *t, int worker); /* worker is 0..count-1, one thread's own */
+  void (*run)(lct__task *t, int worker); /* worker is 0..count-1, one thread's own, or LCT__LOOP_WORKER */
   void (*done)(lct__task *t);
   lct__task *next;
 };

@@ -57,6 +57,8 @@ static void *cli_code(void *arg) {
  * cannot start has its share coded by the caller. */
 static int cli_run(cli_batch *b) {
   pthread_t th[CLI_THREADS_MAX];
+  if ((size_t)b->threads > b->n) /* no thread started for nothing: a small tensor codes on the caller's */
+    b->threads = b->n > 0 ? (int)b->n : 1;
   cli_worker ws[CLI_THREADS_MAX];
   int started[CLI_THREADS_MAX] = {0};
   for (int t = 0; t < b->threads; t++)

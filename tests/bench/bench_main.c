@@ -9,7 +9,7 @@ static const struct {
   int (*run)(int argc, char **argv);
 } benches[] = {
     {"codec", "codec [--json] [--out FILE] FILE...   CPU codec: ratio vs order-0 bound and zstd, GB/s", bench_codec},
-    {"service", "service [--backend B] [--sizes MiB,...] [--reps N] [--data FILE] [--out FILE]   lctd vs redis",
+    {"service", "service [--backend B] [--sizes 4K,1M,...] [--clients 1,4,...] [--full] [--modes M,...] [--out FILE] ...   lctd vs redis and a bare socket",
      bench_service},
     {"soak", "soak [--seconds S] [--clients N] [--keys N] [--max-mib N] [--backend B] [--chaos] [--out FILE]   "
              "verified load on lctd, SIGKILLs and restarts with --chaos",

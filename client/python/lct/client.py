@@ -38,8 +38,8 @@ class Client:
     remote: True holds the client to the host path, as one on another host
     (CUDA tensors are copied through host memory and every byte crosses the
     socket; None: $LCT_HOST_PATH). connections: connections to lctd that
-    large tensors' frames spread over (None: $LCT_CONNECTIONS, else 1; more
-    than one only without a token).
+    large tensors' frames and queued jobs spread over, each authenticated by
+    itself (None: $LCT_CONNECTIONS, else 1; at most 16).
     A Client may be shared between threads: its calls are serialized.
     """
 

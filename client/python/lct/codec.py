@@ -78,6 +78,8 @@ _CUDA_PROTOTYPES = {
     "lct_cuda_encode_batch": (_I, [ctypes.POINTER(EncodeItem), _SZ, _P, _SZ, _P]),
     "lct_cuda_decode_workspace_size": (_SZ, [_SZ]),
     "lct_cuda_decode_batch": (_I, [ctypes.POINTER(DecodeItem), _SZ, _P, _SZ, _P]),
+    "lct_cuda_crc32c_workspace_size": (_SZ, [_U64]),
+    "lct_cuda_crc32c": (_I, [_P, _U64, _P, _P, _SZ, _P]),
 }
 # Each structure's C name and its lct_codec_struct / lct_cuda_struct value.
 _STRUCTS = {_Codebook: ("lct_codebook", 0), _EncodeStats: ("lct_encode_stats", 1), _BlobInfo: ("lct_blob_info", 2)}
@@ -289,3 +291,12 @@ def cuda_decode_workspace_size(count):
 def cuda_decode_batch(items, workspace, workspace_bytes, stream):
     arr = (DecodeItem * len(items))(*items)
     check(lib().lct_cuda_decode_batch(arr, len(items), workspace, workspace_bytes, stream), "decoding on the GPU")
+
+
+def cuda_crc32c_workspace_size(nbytes):
+    return lib().lct_cuda_crc32c_workspace_size(nbytes)
+
+
+def cuda_crc32c(src, nbytes, crc, workspace, workspace_bytes, stream):
+    """The CRC-32C of nbytes at device pointer src into the uint32 at crc (device or pinned), on stream."""
+    check(lib().lct_cuda_crc32c(src, nbytes, crc, workspace, workspace_bytes, stream), "checksumming on the GPU")

@@ -19,9 +19,10 @@ from ._codec import CODED, Codec, Packed, default_codec
 from .activations import compressed_activations
 from .adamw import CompressedAdamW
 from .weights import CompressedParameters
+from . import wire  # CUDA tensors to and from lctd coded on their GPU
 
 __all__ = ["CODED", "Codec", "CompressedAdamW", "CompressedParameters", "Packed", "compressed_activations",
-           "codec_has_cuda", "decode", "default_codec", "encode"]
+           "codec_has_cuda", "decode", "default_codec", "encode", "wire"]
 
 
 def encode(tensor, role=None, codec=None):

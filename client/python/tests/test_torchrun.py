@@ -103,6 +103,15 @@ class TestTorchrun(unittest.TestCase):
     def test_two_ranks_on_one_gpu(self):
         self.run_device("cuda")
 
+    @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no CUDA device")
+    def test_compressed_adamw_under_ddp(self):
+        """lct.torch.CompressedAdamW in each rank: the losses and parameters of AdamW(fused=True)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            ref = self.torchrun(tmp / "fused", "cuda", "fused")
+            got = self.torchrun(tmp / "compressed", "cuda", "compressed")
+            self.assertEqual(got, ref, "CompressedAdamW under DDP differs from AdamW(fused=True)")
+
 
 if __name__ == "__main__":
     unittest.main()

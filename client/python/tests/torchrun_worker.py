@@ -1,12 +1,14 @@
 """torchrun_worker.py — one rank of a DDP trainer (gloo) whose AdamW states live in its own lctd, chosen from $LCT_ENDPOINTS by local rank.
 
     torchrun --standalone --nproc_per_node 2 [--max_restarts 1] torchrun_worker.py OUT_DIR \\
-        --device cpu|cuda --optimizer adamw|offload [--steps N] [--fail-after K]
+        --device cpu|cuda --optimizer adamw|offload|fused|compressed [--steps N] [--fail-after K]
 
 Each rank trains the same small model on its own batches for --steps steps and
 appends "attempt step loss" lines (the loss as float.hex) to OUT_DIR/rankR.txt,
 then writes the SHA-256 of its final parameters to OUT_DIR/rankR.params.
 --optimizer adamw: torch.optim.AdamW(foreach=False), states in the trainer.
+--optimizer fused: torch.optim.AdamW(fused=True) (CUDA).
+--optimizer compressed: lct.torch.CompressedAdamW, states compressed on the rank's GPU (CUDA).
 --optimizer offload: lct.optim.OffloadedAdamW with the lctd of
 lct.Client.for_rank() (keys under $LCT_RUN/rankR/); after each step the rank
 flushes its states and puts its parameters and the step it finished
@@ -73,7 +75,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=pathlib.Path)
     ap.add_argument("--device", choices=("cpu", "cuda"), required=True)
-    ap.add_argument("--optimizer", choices=("adamw", "offload"), required=True)
+    ap.add_argument("--optimizer", choices=("adamw", "offload", "fused", "compressed"), required=True)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fail-after", type=int, default=0)
     args = ap.parse_args()
@@ -90,8 +92,12 @@ def main():
         prefix = f"{os.environ['LCT_RUN']}/rank{rank}/"
         opt = lct.optim.OffloadedAdamW(ddp.parameters(), client, key_prefix=prefix + "adam/", **HYPER)
         first = restore(client, prefix, model, opt)
+    elif args.optimizer == "compressed":
+        import lct.torch
+        opt = lct.torch.CompressedAdamW(ddp.parameters(), min_bytes=1, **HYPER)  # every state compressed
+        first = 0
     else:
-        opt = torch.optim.AdamW(ddp.parameters(), foreach=False, fused=False, **HYPER)
+        opt = torch.optim.AdamW(ddp.parameters(), foreach=False, fused=args.optimizer == "fused", **HYPER)
         first = 0
     with open(args.out / f"rank{rank}.txt", "a") as log:
         for step in range(first, args.steps):

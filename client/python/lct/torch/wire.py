@@ -41,7 +41,7 @@ def put(client, key, tensor, codec=None, role=None):
     if tensor.device.type != "cuda":
         return client.put_encoded(key, tensor.contiguous())
     if tensor.dtype not in CODED:
-        return client.put(key, tensor)
+        return client.put(key, tensor, dtype="raw")  # its bytes, as they are
     codec = codec or codec_for(client)
     if codec.piece_bytes != client.segment_bytes():
         raise ValueError(f"the codec cuts pieces of {codec.piece_bytes} bytes; lctd's blobs hold "

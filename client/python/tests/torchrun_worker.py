@@ -20,6 +20,7 @@ restart the group.
 """
 import argparse
 import hashlib
+import importlib
 import os
 import pathlib
 import struct
@@ -32,7 +33,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # client/p
 
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
-import lct.torch  # noqa: E402
 
 HYPER = dict(lr=3e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
 
@@ -94,7 +94,8 @@ def main():
         opt = lct.optim.OffloadedAdamW(ddp.parameters(), client, key_prefix=prefix + "adam/", **HYPER)
         first = restore(client, prefix, model, opt)
     elif args.optimizer == "compressed":
-        opt = lct.torch.CompressedAdamW(ddp.parameters(), min_bytes=1, **HYPER)  # every state compressed
+        lct_torch = importlib.import_module("lct.torch")  # needs CUDA: loaded only for this mode
+        opt = lct_torch.CompressedAdamW(ddp.parameters(), min_bytes=1, **HYPER)  # every state compressed
         first = 0
     else:
         opt = torch.optim.AdamW(ddp.parameters(), foreach=False, fused=args.optimizer == "fused", **HYPER)

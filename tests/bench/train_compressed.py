@@ -73,23 +73,36 @@ def text_ids(vocab, device):
 
 
 class MasterAdamW:
-    """The resident baseline of bf16 training: fp32 master weights and torch.optim.AdamW(fused=True) on them."""
+    """The resident baseline of bf16 training: fp32 master weights and torch.optim.AdamW(fused=True) on them,
+    stepped in groups of at most group_bytes of fp32 gradients (cast from the bf16 ones just before their
+    group's update), as CompressedAdamW bounds its scratch: the baseline's peak is not set by casting every
+    gradient at once."""
 
-    def __init__(self, params, **hyper):
+    def __init__(self, params, group_bytes=512 << 20, **hyper):
         import torch
         self.params = list(params)
         self.masters = [p.detach().float().clone() for p in self.params]
-        self.opt = torch.optim.AdamW(self.masters, fused=True, **hyper)
+        self.groups, group, size = [], [], 0
+        for i, m in enumerate(self.masters):
+            if group and size + m.numel() * 4 > group_bytes:
+                self.groups.append(group)
+                group, size = [], 0
+            group.append(i)
+            size += m.numel() * 4
+        if group:
+            self.groups.append(group)
+        self.opts = [torch.optim.AdamW([self.masters[i] for i in g], fused=True, **hyper) for g in self.groups]
 
     def step(self):
         import torch
         with torch.no_grad():
-            for p, m in zip(self.params, self.masters):
-                m.grad = p.grad.float()
-            self.opt.step()
-            for p, m in zip(self.params, self.masters):
-                p.copy_(m)
-                m.grad = None
+            for group, opt in zip(self.groups, self.opts):
+                for i in group:
+                    self.masters[i].grad = self.params[i].grad.float()
+                opt.step()
+                for i in group:
+                    self.params[i].copy_(self.masters[i])
+                    self.masters[i].grad = None
 
     def zero_grad(self, set_to_none=True):
         for p in self.params:
@@ -223,7 +236,7 @@ def run_mode(a):
 # ---- the parent: every mode in turn, then the report ---------------------------------------------------------
 
 def child(a, mode, context, steps, warmup, contexts=""):
-    path = os.path.join(a.out, f"{a.model}-{mode}-{context}.json")
+    path = os.path.join(a.out, f"{a.model}-{mode}-{context}{'-search' if contexts else ''}.json")
     cmd = [sys.executable, __file__, "--model", a.model, "--child", mode, "--json", path, "--context", str(context),
            "--batch", str(a.batch), "--steps", str(steps), "--warmup", str(warmup), "--cap-gib", str(a.cap_gib),
            "--contexts", contexts, "--min-bytes", str(a.min_bytes)]

@@ -10,6 +10,7 @@ try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+    import torch.utils.checkpoint
 except ImportError:
     torch = None
 
@@ -178,6 +179,37 @@ class TestTraining(unittest.TestCase):
         self.assertEqual(ctx.tensors, 3)  # h, and the two products' operands
         for a, b in zip(torch.autograd.grad(out, [x, lin1.weight, lin2.weight]), base):
             self.assertTrue(same_bits(a, b))
+
+    def test_a_tensor_changed_in_place_after_it_was_saved_is_an_error(self):
+        x = torch.randn(64, 64, requires_grad=True)
+        with self.assertRaises(RuntimeError):
+            with lt.compressed_activations(codec=lt.Codec(), min_bytes=1024):
+                y = x * 2
+                z = y.sin()  # saves y
+                y.add_(1)
+            z.sum().backward()
+
+    def test_checkpointed_blocks_and_state_dict(self):
+        """A block recomputed by torch.utils.checkpoint (reentrant: called outside the root's forward) and
+        state_dict() see the parameters' values, never their placeholders."""
+        def run(weights):
+            torch.manual_seed(0)
+            model = Net()
+            params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=1024) if weights else None
+            idx = torch.randint(0, 97, (4, 33), generator=torch.Generator().manual_seed(1))
+            x = model.emb(idx[:, :-1])
+            for block in model.blocks:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)
+            loss = F.cross_entropy(model.head(x).flatten(0, 1), idx[:, 1:].flatten())
+            loss.backward()
+            return [p.grad for p in model.parameters()], model.state_dict(), params
+
+        base_grads, base_sd, _ = run(False)
+        grads, sd, params = run(True)
+        for a, b in zip(grads, base_grads):
+            self.assertTrue(same_bits(a, b))
+        for k in base_sd:
+            self.assertTrue(torch.equal(bits(sd[k]), bits(base_sd[k])), k)
 
     def test_parameters_are_placeholders_between_uses(self):
         model = Net()

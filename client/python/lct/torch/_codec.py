@@ -38,11 +38,12 @@ class Packed:
     tensor's device (often a view into an allocation shared with blobs encoded alongside it). Right after a
     CUDA encode the blobs are still in the encoder's scratch; the codec moves them to memory of their exact
     size once the stream has told it their sizes (Codec.wait)."""
-    __slots__ = ("blobs", "piece_elems", "dtype", "shape", "perm", "numel", "device", "_launch")
+    __slots__ = ("blobs", "piece_elems", "dtype", "shape", "perm", "numel", "device", "_launch", "_stream")
 
     def __init__(self, dtype, shape, perm, numel, device):
         self.dtype, self.shape, self.perm, self.numel, self.device = dtype, shape, perm, numel, device
         self.blobs, self.piece_elems, self._launch = [], max(numel, 1), None
+        self._stream = None  # CUDA: the stream its blobs were written on
 
     @property
     def raw_bytes(self):
@@ -82,7 +83,7 @@ class Codec:
     codebook expected, the role's next encode counts its symbols in the same pass and the codebook is rebuilt
     from them.
 
-    CUDA work runs on the current stream and never waits for it on the way in: a tensor is encoded into
+    Use one stream per codec for encodes (a role's device codebook is updated in its order). CUDA work runs on the current stream and never waits for it on the way in: a tensor is encoded into
     scratch of its worst-case size, and its blobs move to memory of their exact size once the stream has
     passed the encode (checked without blocking at each later call; blocking only when more than
     `inflight_bytes` of scratch is outstanding, or in wait()). Large tensors are cut into pieces of
@@ -95,7 +96,7 @@ class Codec:
         self._books = {}
         self._launches = collections.deque()  # encodes whose blobs are still in scratch, oldest first
         self._inflight = 0
-        self._statuses = []  # decode status words not yet checked
+        self._decodes = collections.deque()  # (event after a CUDA decode, its pinned status words), unchecked
         self.rebuilds = 0
         self.totals = collections.defaultdict(lambda: [0, 0])  # role kind -> [raw bytes, blob bytes] encoded
 
@@ -185,6 +186,7 @@ class Codec:
         sizes = torch.zeros(len(pieces), 2, dtype=torch.int64, device=dev)  # blob bytes, code bits
         items, off = [], 0
         for i, ((_, _, flat, role), code, cap) in enumerate(zip(pieces, codes, caps)):
+            flat.record_stream(stream)  # the caller may drop it at once: its memory waits for the encode
             h = hist_at.get(i)
             items.append(_lib.EncodeItem(
                 dtype=code, codebook=self._books[(role, dev)].device[dev].handle.value, src=flat.data_ptr(),
@@ -217,7 +219,8 @@ class Codec:
     def _settle(self, block, upto=None):
         """Moves the blobs of finished launches, oldest first, to memory of their exact size: those the stream
         has passed; with block, every launch up to `upto` (all if None) too, and the oldest ones while more
-        than inflight_bytes of scratch is outstanding."""
+        than inflight_bytes of scratch is outstanding. Checks the finished decodes on the way."""
+        self._check_decodes(block=False)
         while self._launches:
             launch = self._launches[0]
             must = block and (upto is None or upto in self._launches) or self._inflight > self.inflight_bytes
@@ -244,6 +247,7 @@ class Codec:
             dsts.append(store[at:at + size])
             srcs.append(launch.scratch[off:off + size])
             packed.blobs[i] = dsts[-1]
+            packed._stream = launch.stream
             self._count(role, n_elems * _ELEMENT_BYTES[packed.dtype], size)
             if packed._launch is launch:
                 packed._launch = None
@@ -297,11 +301,18 @@ class Codec:
 
     # -- decode -----------------------------------------------------------------------------------------------
     def decode(self, packed):
-        """New tensors holding what each Packed held, bit for bit, with its shape and strides."""
+        """New tensors holding what each Packed held, bit for bit, with its shape and strides, on the current
+        stream (which waits for the stream that wrote the blobs, if another)."""
         for p in packed:
             if p._launch is not None:
-                self.wait(p._launch)
+                p._launch.codec.wait(p._launch)
         self._settle(block=False)
+        for p in packed:
+            if p._stream is not None and p._stream != torch.cuda.current_stream(p.device):
+                current = torch.cuda.current_stream(p.device)
+                current.wait_stream(p._stream)
+                for blob in p.blobs:
+                    blob.record_stream(current)
         out, cuda_items = [], []
         for p in packed:
             t, flat = self._empty(p)
@@ -335,24 +346,37 @@ class Codec:
         for item in items:
             by_device[item[0].device].append(item)
         for dev, group in by_device.items():
-            stream = torch.cuda.current_stream(dev).cuda_stream
-            status = torch.empty(len(group), dtype=torch.int32, device=dev)
+            stream = torch.cuda.current_stream(dev)
+            # Status words in pinned memory: read once the stream has passed the decode, with no wait.
+            status = torch.zeros(len(group), dtype=torch.int32, pin_memory=True)
             decode_items = [_lib.DecodeItem(dtype=_lib.dtype_code(CODED[p.dtype]), n_elems=dst.numel(),
                                             blob=blob.data_ptr(), blob_bytes=blob.numel(), dst=dst.data_ptr(),
                                             status=status.data_ptr() + 4 * i)
                             for i, (p, blob, dst) in enumerate(group)]
             ws_bytes = _lib.cuda_decode_workspace_size(len(decode_items))
             workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
-            _lib.cuda_decode_batch(decode_items, workspace.data_ptr(), ws_bytes, stream)
-            self._statuses.append(status)
+            _lib.cuda_decode_batch(decode_items, workspace.data_ptr(), ws_bytes, stream.cuda_stream)
+            done = torch.cuda.Event()
+            done.record(stream)
+            self._decodes.append((done, status))
 
-    def verify(self):
-        """Waits for the decodes queued so far and raises LctError if any blob failed its checks."""
-        statuses, self._statuses = self._statuses, []
-        for s in statuses:
-            bad = s[s != 0].cpu()
+    def _check_decodes(self, block):
+        """Raises LctError for a finished decode whose blob failed its checks (with block: waits for all)."""
+        while self._decodes:
+            done, status = self._decodes[0]
+            if block:
+                done.synchronize()
+            elif not done.query():
+                return
+            self._decodes.popleft()
+            bad = status[status != 0]
             if bad.numel():
                 raise error(int(bad[0]), "a blob failed its checks while decoding on the GPU")
+
+    def verify(self):
+        """Waits for the decodes queued so far and raises LctError if any blob failed its checks (later calls
+        check finished decodes as they go, without waiting)."""
+        self._check_decodes(block=True)
 
 
 _default = None

@@ -11,13 +11,21 @@ from ._codec import CODED, default_codec, layout
 class _Activation(_saved.Handle):
     """A saved tensor: raw until its batch is encoded, then its blob (and, once decoded, its value for as long
     as autograd holds the handle: every operation that saved the tensor gets that one decode)."""
-    __slots__ = ("owner", "index", "raw", "packed", "decoded", "__weakref__")
+    __slots__ = ("owner", "index", "raw", "version", "packed", "decoded", "__weakref__")
 
     def __init__(self, owner, index, raw):
-        self.owner, self.index, self.raw, self.packed, self.decoded = owner, index, raw, None, None
+        self.owner, self.index, self.raw, self.version, self.packed, self.decoded = owner, index, raw, raw._version, \
+            None, None
+
+    def check_unchanged(self):
+        """autograd does not check the version of a tensor a hook saved: this does, as autograd would."""
+        if self.raw._version != self.version:
+            raise RuntimeError("one of the variables needed for gradient computation has been modified by an inplace "
+                               "operation after compressed_activations saved it")
 
     def unpack(self):
         if self.raw is not None:  # backward before the batch was encoded
+            self.check_unchanged()
             return self.raw
         if self.decoded is None:
             self.owner._prefetch(self)
@@ -101,6 +109,8 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         self._pending, self._pending_bytes = [], 0
         if not live:
             return
+        for saved, _ in live:
+            saved.check_unchanged()
         packed = self.codec.encode([saved.raw for saved, _ in live], [role for _, role in live])
         for (saved, _), p in zip(live, packed):
             saved.packed, saved.raw = p, None

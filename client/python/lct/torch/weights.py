@@ -13,9 +13,10 @@ class _Weight:
 
     def __init__(self, param, name):
         self.param, self.role, self.packed, self.live = param, ("param", name), None, False
-        # Same shape, dtype and device, one element of memory: what the parameter shows between uses.
-        self.placeholder = torch.empty((1,) * param.dim(), dtype=param.dtype, device=param.device).expand(
-            param.shape)
+        # Same shape, dtype and device, one element of memory: what the parameter shows between uses. It is
+        # NaN, so that a use the hooks did not see (a parent module reading a child's weight) is loud.
+        self.placeholder = torch.full((1,) * param.dim(), float("nan"), dtype=param.dtype,
+                                      device=param.device).expand(param.shape)
 
 
 class _ParameterView(_saved.Handle):
@@ -34,11 +35,12 @@ class _ParameterView(_saved.Handle):
 class CompressedParameters:
     """Holds a module's parameters (of a coded dtype, contiguous, of at least min_bytes) as LCT blobs.
 
-    Between uses a parameter's .data is a one-element placeholder expanded to its shape, so shape, dtype and
-    device read as before. A forward pre-hook on each module decodes its own parameters; its forward hook puts
-    the placeholders back. A parameter that an operation saves for backward is saved as a reference to its
-    blob and decoded when backward needs it. The values are exact, so losses and gradients are bitwise those of
-    the module without it.
+    Between uses a parameter's .data is a one-element NaN placeholder expanded to its shape, so shape, dtype
+    and device read as before (and state_dict() holds the decoded values). A forward pre-hook on each module
+    decodes its own parameters; its forward hook puts the placeholders back: code that reads a parameter
+    outside its own module's forward must do so inside `materialized()`. A parameter that an operation saves
+    for backward is saved as a reference to its blob and decoded when backward needs it. The values are
+    exact, so losses and gradients are bitwise those of the module without it.
 
     After the parameters change, they must be encoded again: CompressedAdamW(weights=this) does so within
     its step (decode, update, encode, one bounded group at a time); for any other optimizer, step inside
@@ -54,15 +56,18 @@ class CompressedParameters:
                 self._weights[id(p)] = w = _Weight(p, name)
                 w.live = True  # its .data holds its values until the first encode
         self._encode(list(self._weights.values()))
-        self._hooks, self._pushed = [], False
-        root = self.module
-        self._hooks.append(root.register_forward_pre_hook(self._enter_forward))
+        self._hooks, self._pushed, self._depth = [], False, 0
+        self._hooks.append(module.register_forward_pre_hook(self._reset))
         for m in module.modules():
-            own = [self._weights[id(p)] for p in m._parameters.values() if p is not None and id(p) in self._weights]
+            own = [(name, self._weights[id(p)]) for name, p in m._parameters.items()
+                   if p is not None and id(p) in self._weights]
+            if own or m is module:
+                weights = [w for _, w in own]
+                self._hooks.append(m.register_forward_pre_hook(lambda mod, args, ws=weights: self._enter(ws)))
+                self._hooks.append(m.register_forward_hook(lambda mod, args, out, ws=weights: self._exit(ws)))
             if own:
-                self._hooks.append(m.register_forward_pre_hook(lambda mod, args, own=own: self._decode(own)))
-                self._hooks.append(m.register_forward_hook(lambda mod, args, out, own=own: self._release(own)))
-        self._hooks.append(root.register_forward_hook(self._exit_forward))
+                self._hooks.append(m._register_state_dict_hook(
+                    lambda mod, sd, prefix, meta, own=own: self._state_dict(own, sd, prefix)))
         _saved.register_parameters(self)
 
     def weight(self, p):
@@ -81,20 +86,33 @@ class CompressedParameters:
         w = self._live.get(_saved.storage_address(t)) if t.layout == torch.strided else None
         return _ParameterView(self, w, t) if w is not None else None
 
-    # Outside a compressed_activations context, the root module's forward installs hooks that save parameters
-    # as references; a forward that raised leaves them installed, and the next forward replaces them.
-    def _enter_forward(self, module, args):
+    # A module's forward, entered from the root or called directly (a checkpoint's recomputation), decodes its
+    # own parameters; outside a compressed_activations context the outermost one also installs hooks that save
+    # parameters as references. A root forward that raised left them installed: the next one starts afresh.
+    def _reset(self, module, args):
         if self._pushed:
             torch._C._autograd._pop_saved_tensors_default_hooks()
-            self._pushed = False
-        if not _saved.activation_stack():
+        self._pushed, self._depth = False, 0
+
+    def _enter(self, weights):
+        if self._depth == 0 and not _saved.activation_stack():
             torch._C._autograd._push_saved_tensors_default_hooks(self._pack, _saved.unpack)
             self._pushed = True
+        self._depth += 1
+        self._decode(weights)
 
-    def _exit_forward(self, module, args, out):
-        if self._pushed:
+    def _exit(self, weights):
+        self._release(weights)
+        self._depth -= 1
+        if self._depth == 0 and self._pushed:
             torch._C._autograd._pop_saved_tensors_default_hooks()
             self._pushed = False
+
+    def _state_dict(self, own, state_dict, prefix):
+        """A module's state_dict holds its parameters' values, not their placeholders."""
+        for name, w in own:
+            if not w.live and prefix + name in state_dict:
+                state_dict[prefix + name] = self.codec.decode([w.packed])[0]
 
     def _pack(self, t):
         handle = self.handle(t)

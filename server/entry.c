@@ -72,6 +72,8 @@ int lct__entry_declared(lct__pool *pool, const uint8_t *key, size_t key_len, con
 }
 
 int lct__entry_reserve_bytes(const lct_put_decl *decl, uint64_t seg_bytes, uint64_t *out) {
+  if (seg_bytes == 0)
+    return LCT_EINVAL; /* a caller's bug, never a division by zero */
   uint64_t esize = lct_dtype_size(decl->dtype);
   uint64_t full = decl->raw_bytes / seg_bytes, tail = decl->raw_bytes % seg_bytes, total;
   if (__builtin_mul_overflow(full, (uint64_t)lct_encode_bound(decl->dtype, seg_bytes / esize), &total) ||

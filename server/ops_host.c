@@ -114,7 +114,10 @@ static void lct__op_put_encoded(lct__request *rq, const lct_put_decl *d) {
                      rq->frame.payload_len, rq->srv->cfg.frame_size);
     return;
   }
+  /* No more blobs than the payload holds headers: a declared shape alone does not size the table. */
   size_t cap = lct__blobs_max(d), n;
+  if (cap > rq->frame.payload_len / LCT_HEADER_BYTES + 1)
+    cap = rq->frame.payload_len / LCT_HEADER_BYTES + 1;
   lct__blob_ref *refs = malloc(cap * sizeof *refs);
   if (refs == NULL) {
     lct__reply_error(rq, LCT_ENOMEM, "out of memory for the blobs' table");
@@ -133,7 +136,9 @@ static void lct__op_put_encoded(lct__request *rq, const lct_put_decl *d) {
   if (rc != 0)
     lct__reply_error(rq, rc, "%s", why);
   else
-    lct__put_begin_accept(rq, rq->hdr->key.data, rq->hdr->key.len, d, lay.seg ? lay.seg : d->raw_bytes, refs, n);
+    /* An empty tensor has no segment size of its own: the configured one sizes its (nil) reservation. */
+    lct__put_begin_accept(rq, rq->hdr->key.data, rq->hdr->key.len, d, lay.seg ? lay.seg : rq->srv->cfg.segment_size,
+                          refs, n);
   free(refs);
 }
 
@@ -238,7 +243,7 @@ void lct__op_put_chunk(lct__request *rq) {
                      p->decl.raw_bytes);
     return;
   }
-  uint64_t raw_len = len;
+  uint64_t raw_len = len, seg = p->seg;
   if (p->encoded && len > 0) {
     lct__blob_layout lay = {&p->decl, rq->srv->cfg.segment_size, p->seg};
     size_t n;
@@ -248,7 +253,7 @@ void lct__op_put_chunk(lct__request *rq) {
       lct__reply_error(rq, rc, "%s", why);
       return;
     }
-    p->seg = lay.seg;
+    seg = lay.seg; /* the put's segment size, once this chunk is taken */
   }
   if (raw_len > p->decl.raw_bytes - off || raw_len > p->decl.raw_bytes - p->received) {
     lct__reply_error(rq, LCT_ESIZE, "chunk of %" PRIu64 " bytes at %" PRIu64 " runs past %" PRIu64, raw_len,
@@ -266,6 +271,7 @@ void lct__op_put_chunk(lct__request *rq) {
     }
     rq->msg = NULL;
   }
+  p->seg = seg;
   lct__staging_touch(rq->srv->staging, p);
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.has_received = 1;
@@ -295,8 +301,9 @@ static void lct__commit_encoded(lct__request *rq, lct__pending *p) {
     size_t k;
     uint64_t covered;
     if (p->pieces[i].offset != at) {
-      rc = LCT_EINVAL;
-      snprintf(why, sizeof why, "chunks overlap at raw offset %" PRIu64, p->pieces[i].offset);
+      rc = p->pieces[i].offset > at ? LCT_ESIZE : LCT_EINVAL;
+      snprintf(why, sizeof why, "chunks %s at raw offset %" PRIu64, p->pieces[i].offset > at ? "leave a gap" : "overlap",
+               p->pieces[i].offset > at ? at : p->pieces[i].offset);
       break;
     }
     rc = lct__blobs_walk(&lay, at, p->pieces[i].bytes, p->pieces[i].len, refs + n, cap - n, &k, &covered, why,
@@ -312,7 +319,8 @@ static void lct__commit_encoded(lct__request *rq, lct__pending *p) {
   if (rc != 0)
     lct__reply_error(rq, rc, "%s", why);
   else
-    lct__put_begin_accept(rq, p->key, p->key_len, &p->decl, lay.seg ? lay.seg : p->decl.raw_bytes, refs, n);
+    lct__put_begin_accept(rq, p->key, p->key_len, &p->decl, lay.seg ? lay.seg : rq->srv->cfg.segment_size, refs,
+                          n);
   free(refs);
 }
 
@@ -328,8 +336,11 @@ void lct__op_put_commit(lct__request *rq) {
   if (p->shared) {
     qsort(p->pieces, p->n_pieces, sizeof *p->pieces, lct__piece_order);
     for (size_t i = 0; i + 1 < p->n_pieces && !p->encoded; i++) {
-      if (p->pieces[i].offset + p->pieces[i].len != p->pieces[i + 1].offset) {
-        lct__reply_error(rq, LCT_EINVAL, "chunks overlap at offset %" PRIu64, p->pieces[i + 1].offset);
+      uint64_t end = p->pieces[i].offset + p->pieces[i].len;
+      if (end != p->pieces[i + 1].offset) {
+        int gap = p->pieces[i + 1].offset > end;
+        lct__reply_error(rq, gap ? LCT_ESIZE : LCT_EINVAL, "chunks %s at offset %" PRIu64,
+                         gap ? "leave a gap" : "overlap", gap ? end : p->pieces[i + 1].offset);
         return;
       }
     }
@@ -398,7 +409,8 @@ static void lct__op_get_encoded(lct__request *rq, lct__entry *e, uint64_t off) {
   }
   uint64_t want = h->has_length ? h->length : UINT64_MAX, covered = 0, bytes = 0;
   size_t n = 0;
-  while (first + n < e->n_segments && (n == 0 || e->segments[first + n].raw_bytes <= want - covered)) {
+  while (first + n < e->n_segments &&
+         (n == 0 || (covered < want && e->segments[first + n].raw_bytes <= want - covered))) {
     const lct__segment *sg = &e->segments[first + n];
     if (bytes + sg->blob_bytes > srv->cfg.frame_size) {
       if (n == 0) {

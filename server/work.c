@@ -340,8 +340,12 @@ int lct__get_start(lct__server *srv, lct__entry *e, uint64_t offset, uint64_t le
     t->task.run = lct__get_task_run;
     t->task.done = lct__get_task_done;
   }
+  /* Whole segments are decoded, whatever part of them is asked for: they decide where the work runs. */
+  uint64_t decoded = 0;
+  for (size_t i = first; i <= last; i++)
+    decoded += e->segments[i].raw_bytes;
   /* Prepared first: the last task's done ends (frees) the job when it runs here. */
-  int here = lct__work_here(srv, len);
+  int here = lct__work_here(srv, decoded);
   for (size_t i = 0; i < n; i++)
     lct__work_submit(srv, &job->tasks[i].task, here);
   return 0;

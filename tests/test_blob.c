@@ -229,3 +229,30 @@ Test(blob, options) {
   cr_assert(lct_segment_bytes(c) == (1 << 20), "lctd's segment_size: %llu", (unsigned long long)lct_segment_bytes(c));
   lct_close(c);
 }
+
+static void start_tiny(void) {
+  const char *extra[] = {"--memory", "1M", NULL};
+  test_lctd_start(&lctd, extra);
+}
+
+/* An empty tensor's blob into a pool that has no room left: an answer, not a crash. */
+Test(blob_full, empty_blob_into_a_full_pool, .init = start_tiny, .fini = stop) {
+  lct_client *c = test_connect(lctd.ipc);
+  uint8_t one = 7;
+  uint64_t shape1[1] = {1};
+  char key[32];
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < 100000; i++) {
+    snprintf(key, sizeof key, "f/%d", i);
+    rc = lct_put(c, key, LCT_DTYPE_RAW, shape1, 1, &one, 1, NULL);
+  }
+  cr_assert_eq(rc, LCT_ENOSPC, "the pool fills: %s", lct_strerror(rc));
+  uint8_t blob[64];
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_RAW, NULL, "", 0, blob, sizeof blob, &st), 0);
+  rc = put_blobs(c, "empty", LCT_DTYPE_RAW, 0, 0, blob, st.blob_bytes);
+  cr_assert(rc == 0 || rc == LCT_ENOSPC, "an empty put: %s (%s)", lct_strerror(rc), lct_last_error(c));
+  lct_server_info si;
+  cr_assert_eq(lct_ping(c, &si), 0, "lctd still serves");
+  lct_close(c);
+}

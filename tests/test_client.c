@@ -1446,3 +1446,31 @@ Test(client, close_cancels_queued_jobs, .init = start_default, .fini = stop) {
   lct_job_free(x), lct_job_free(j1), lct_job_free(j2), lct_job_free(j3);
   lct_close(slow);
 }
+
+/* An encoded GET's length bounds the segments it returns: at least one, then only whole ones it covers. */
+Test(client, encoded_get_length_bounds_the_segments, .init = start_default, .fini = stop) {
+  lct_client *c = test_connect(daemon_.ipc);
+  const size_t bytes = 3u << 20; /* three default (1 MiB) segments */
+  uint8_t *data = test_bf16_data(4, bytes / 2);
+  test_put_ok(c, "three", LCT_DTYPE_BF16, data, bytes, NULL);
+  raw_conn r = raw_open(daemon_.ipc);
+  const uint64_t asks[] = {1, 1u << 20, (1u << 20) + 1, 2u << 20, UINT64_MAX};
+  const uint64_t gets[] = {1u << 20, 1u << 20, 1u << 20, 2u << 20, 3u << 20};
+  for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+    Lctpb__Request rq = LCTPB__REQUEST__INIT;
+    rq.op = LCTPB__OP__OP_GET;
+    raw_key(&rq, "three");
+    rq.has_encoded = rq.encoded = 1;
+    rq.has_offset = 1;
+    rq.has_length = asks[i] != UINT64_MAX;
+    rq.length = asks[i];
+    Lctpb__Reply *rp;
+    cr_assert_eq(raw_call(&r, &rq, NULL, 0, &rp), 0);
+    cr_assert_eq(rp->length, gets[i], "length %llu: %llu raw bytes of blobs, not %llu",
+                 (unsigned long long)asks[i], (unsigned long long)rp->length, (unsigned long long)gets[i]);
+    lctpb__reply__free_unpacked(rp, NULL);
+  }
+  nn_close(r.sock);
+  free(data);
+  lct_close(c);
+}

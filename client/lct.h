@@ -61,8 +61,10 @@ typedef struct lct_options {
                              can */
   int connections;        /* connections to lctd (lanes, each a socket of its own that proves the token by
                              itself) that the frames of a large tensor and queued host jobs spread over, one
-                             request in flight on each; 0: $LCT_CONNECTIONS, else 1; at most 16 */
+                             request in flight on each; 0: $LCT_CONNECTIONS, else 1; at most
+                             LCT_CONNECTIONS_MAX */
 } lct_options;
+#define LCT_CONNECTIONS_MAX 16
 
 /* Sets every field to its default (0 or NULL, as each says) and o->size.
  * Start from it: a later liblct may add fields, which default to 0 and which

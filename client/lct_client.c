@@ -495,8 +495,11 @@ int lct__post(lct_client *c, Lctpb__Request *rq, const void *payload, size_t ple
       l = &c->lanes[k];
   if (l == NULL)
     return lct__fail(c, LCT_EBUSY, "every connection to lctd has a request in flight");
-  /* A lane met for the first time (or broken since) proves the token before it carries a request. */
+  /* A lane met for the first time (or broken since) proves the token before it carries a request. Its
+   * exchange must not mark a break of another lane, with requests in flight, as seen. */
+  uint64_t seen = c->breaks_seen;
   int rc = lct__lane_ready(c, l) ? 0 : lct__authenticate(c, l, c->timeout_ms);
+  c->breaks_seen = seen;
   size_t len;
   if (rc != 0 || (rc = lct__pack(c, rq, plen, &len)) != 0)
     return rc;
@@ -850,8 +853,9 @@ static int lct__get_once(lct_client *c, const char *key, void *buf, size_t cap, 
     if ((rc = lct__window_post(c, &w, &rq, NULL, 0, c->frame, lct__range_take, &g, &slot)) == 0)
       g.slot_range[slot] = k;
   }
+  int drained = lct__window_drain(c, &w, lct__range_take, &g);
   if (rc == 0)
-    rc = lct__window_drain(c, &w, lct__range_take, &g);
+    rc = drained;
   for (size_t k = 0; k < n && rc == 0; k++) {
     uint64_t at = lct__range_at(&g, k);
     crc = lct_crc32c_combine(crc, g.crcs[k], g.total - at < c->frame ? g.total - at : c->frame);

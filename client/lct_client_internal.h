@@ -56,7 +56,7 @@ typedef struct lct__jobs {
  * (64 MiB). */
 #define LCT__WINDOW_REQUESTS 1
 #define LCT__WINDOW_BYTES (48u << 20)
-#define LCT__CONNECTIONS_MAX 16
+#define LCT__CONNECTIONS_MAX LCT_CONNECTIONS_MAX
 
 /* One connection to lctd: a raw NN_REQ socket of its own (liblct numbers its
  * requests and never resends one), with its own authentication. */
@@ -138,11 +138,13 @@ void lct__window_init(const lct_client *c, lct__window *w);
 /* Posts rq with its payload once the window has room for bytes (the
  * request's and its reply's), taking replies meanwhile: each to take(arg,
  * slot, reply), which returns 0 or an error that ends the transfer (and
- * frees the reply either way). *slot receives the request's slot. */
+ * frees the reply either way). *slot receives the request's slot. After an
+ * error, the caller drains the window. */
 typedef int (*lct__take_fn)(void *arg, size_t slot, lct__reply *r);
 int lct__window_post(lct_client *c, lct__window *w, Lctpb__Request *rq, const void *payload, size_t plen,
                      uint64_t bytes, lct__take_fn take, void *arg, size_t *slot);
-/* Takes the replies still in flight. */
+/* Takes every reply still in flight, whatever fails (a lane left with one would refuse the next request),
+ * and returns the first error; a lost connection ends it (its requests went with it). */
 int lct__window_drain(lct_client *c, lct__window *w, lct__take_fn take, void *arg);
 /* Whether requests may be pipelined now: the first lane authenticated (or
  * needing none) and no lane broken since the last reply. */

@@ -15,13 +15,19 @@ void lct__window_init(const lct_client *c, lct__window *w) {
   w->cap_bytes = (uint64_t)LCT__WINDOW_BYTES * (uint64_t)c->connections;
 }
 
-/* Takes one reply of those in flight. */
-static int lct__window_take(lct_client *c, lct__window *w, lct__take_fn take, void *arg) {
+/* Takes one reply of those in flight; *lost when none came (the connection went, and with it the
+ * requests in flight: the window is emptied). */
+static int lct__window_take(lct_client *c, lct__window *w, lct__take_fn take, void *arg, int *lost) {
   size_t slot;
   lct__reply r;
   int rc = lct__collect(c, w->ids, w->cap, &slot, &r);
-  if (rc != 0)
+  *lost = rc != 0;
+  if (rc != 0) {
+    memset(w->ids, 0, sizeof w->ids);
+    w->n = 0;
+    w->in_bytes = 0;
     return rc;
+  }
   w->ids[slot] = 0;
   w->n--;
   w->in_bytes -= w->bytes[slot];
@@ -34,9 +40,10 @@ int lct__window_post(lct_client *c, lct__window *w, Lctpb__Request *rq, const vo
                      uint64_t bytes, lct__take_fn take, void *arg, size_t *slot) {
   int rc;
   /* One request alone may exceed the bytes: lctd never refuses a connection's only one for its size. */
+  int lost;
   while (w->n > 0 && (w->n == w->cap || w->in_bytes + bytes > w->cap_bytes))
-    if ((rc = lct__window_take(c, w, take, arg)) != 0)
-      return rc;
+    if ((rc = lct__window_take(c, w, take, arg, &lost)) != 0)
+      return rc; /* the caller drains the rest */
   size_t i = 0;
   while (w->ids[i] != 0)
     i++;
@@ -52,10 +59,14 @@ int lct__window_post(lct_client *c, lct__window *w, Lctpb__Request *rq, const vo
 }
 
 int lct__window_drain(lct_client *c, lct__window *w, lct__take_fn take, void *arg) {
-  int rc = 0;
-  while (w->n > 0 && rc == 0)
-    rc = lct__window_take(c, w, take, arg);
-  return rc;
+  /* Every reply is taken, whatever failed: a lane left with a request in flight would refuse the next. */
+  int first = 0, lost = 0;
+  while (w->n > 0 && !lost) {
+    int rc = lct__window_take(c, w, take, arg, &lost);
+    if (first == 0)
+      first = rc;
+  }
+  return first;
 }
 
 /* ---- put streams ------------------------------------------------------------ */
@@ -213,7 +224,8 @@ int lct_put_stream_commit(lct_put_stream *s, lct_tensor_info *info) {
   if (s == NULL)
     return LCT_EINVAL;
   lct_client *c = s->c;
-  int rc = s->rc != 0 ? s->rc : lct__window_drain(c, &s->w, NULL, NULL);
+  int drained = lct__window_drain(c, &s->w, NULL, NULL);
+  int rc = s->rc != 0 ? s->rc : drained;
   if (rc == 0 && s->offset != s->raw_bytes)
     rc = lct__fail(c, LCT_ESIZE, "%" PRIu64 " of the tensor's %" PRIu64 " raw bytes written", s->offset,
                    s->raw_bytes);
@@ -390,8 +402,9 @@ int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, l
     if ((rc = lct__window_post(c, &w, &rq, NULL, 0, c->frame, lct__blob_take, &g, &slot)) == 0)
       g.slot_range[slot] = k;
   }
+  int drained = lct__window_drain(c, &w, lct__blob_take, &g);
   if (rc == 0)
-    rc = lct__window_drain(c, &w, lct__blob_take, &g);
+    rc = drained;
   size_t total = 0;
   for (size_t k = 0; k < n && rc == 0; k++)
     total += g.plen[k];

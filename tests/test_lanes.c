@@ -104,3 +104,31 @@ Test(lanes, queued_jobs_in_flight_together) {
   lct_close(check);
   lct_close(c);
 }
+
+static void start_small_staging(void) {
+  snprintf(token_path, sizeof token_path, "/tmp/lct-lanes-token-%d", (int)getpid());
+  FILE *f = fopen(token_path, "w");
+  cr_assert(f != NULL);
+  fputs(TOKEN "\n", f);
+  fclose(f);
+  chmod(token_path, 0600);
+  const char *extra[] = {"--auth-token-file", token_path, "--staging-memory", "4M", NULL};
+  test_lctd_start(&lctd, extra);
+}
+
+/* A transfer that fails with requests in flight on other lanes takes their replies: the lanes stay free for
+ * the next request, which succeeds (no LCT_EBUSY). */
+Test(lanes_failed, a_failed_transfer_leaves_no_lane_busy, .init = start_small_staging, .fini = stop) {
+  lct_client *c = connect_lanes(4, 64 << 10);
+  size_t bytes = 4u << 20; /* more than the staging holds once the frames' headers are counted */
+  uint8_t *data = test_bf16_data(21, bytes / 2);
+  uint64_t shape[1] = {bytes / 2};
+  for (int i = 0; i < 3; i++) {
+    int rc = lct_put(c, "too-big", LCT_DTYPE_BF16, shape, 1, data, bytes, NULL);
+    cr_assert_eq(rc, LCT_ENOMEM, "staging full, each time: %s (%s)", lct_strerror(rc), lct_last_error(c));
+  }
+  test_put_ok(c, "fits", LCT_DTYPE_BF16, data, 1u << 20, NULL);
+  test_get_equals(c, "fits", data, 1u << 20);
+  free(data);
+  lct_close(c);
+}

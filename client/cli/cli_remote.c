@@ -66,9 +66,9 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
       *(arg[2] == 'r' ? &a->remote : &a->coded) = 1;
       continue;
     } else if (strcmp(arg, "--threads") == 0 || strcmp(arg, "--connections") == 0) {
-      long v = i + 1 < argc ? strtol(argv[++i], NULL, 10) : 0;
-      if (v <= 0 || v > 64)
-        return cli_fail("%s: %s needs a number from 1 to 64", argv[0], arg);
+      long v = i + 1 < argc ? strtol(argv[++i], NULL, 10) : 0, most = arg[2] == 't' ? 64 : LCT_CONNECTIONS_MAX;
+      if (v <= 0 || v > most)
+        return cli_fail("%s: %s needs a number from 1 to %ld", argv[0], arg, most);
       *(arg[2] == 't' ? &a->threads : &a->connections) = (int)v;
       continue;
     } else if (strcmp(arg, "--prometheus") == 0) {

@@ -126,6 +126,18 @@ class CompressedAdamW(torch.optim.Optimizer):
                     raw, held = raw + v.numel() * v.element_size(), held + v.numel() * v.element_size()
         return raw, held
 
+    def load_state_dict(self, state_dict):
+        """torch's, but the fp32 master weights and moments of 16-bit parameters keep their dtype (torch would
+        cast them to the parameter's); they are compressed again at the next step."""
+        super().load_state_dict(state_dict)
+        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, p in zip(ids, params):
+            saved = state_dict["state"].get(i, {})
+            for k in _STATES:
+                if k in saved and torch.is_tensor(saved[k]) and saved[k].dtype != p.dtype:
+                    self.state[p][k] = saved[k].to(device=p.device, copy=True)
+
     def state_dict(self):
         """torch's optimizer state dict with every state decoded (what torch.optim.AdamW would hold)."""
         sd = super().state_dict()

@@ -21,14 +21,16 @@ class _Weight:
 
 class _ParameterView(_saved.Handle):
     """A saved (view of a) compressed parameter: decoded again when backward needs it."""
-    __slots__ = ("params", "weight", "size", "stride", "offset")
+    __slots__ = ("params", "weight", "dtype", "size", "stride", "offset")
 
     def __init__(self, params, weight, t):
-        self.params, self.weight = params, weight
+        self.params, self.weight, self.dtype = params, weight, t.dtype
         self.size, self.stride, self.offset = t.size(), t.stride(), t.storage_offset()
 
     def unpack(self):
         whole = self.params.codec.decode([self.weight.packed])[0]
+        if self.dtype != whole.dtype:  # a view of the parameter's bytes as another dtype
+            whole = whole.view(self.dtype)
         return whole.as_strided(self.size, self.stride, self.offset)
 
 

@@ -5,12 +5,13 @@ OffloadedAdamW keeping its Adam states in lctd (same GPU over ipc, and over tcp 
 Asserts that the loss of every step is bitwise identical between torch AdamW
 (foreach=False, the single-tensor path OffloadedAdamW reproduces) and the offloaded
 optimizer. PyTorch's default AdamW on CUDA (foreach=True, multi-tensor kernels; its
-results differ in the last bits) trains too, as the fastest baseline. Reports trainer peak GPU memory, lctd's resident bytes and ratio
-per state kind (each mode trained alone), step time and its overhead against each
-baseline (the four modes trained side by side, in turn in runs of four steps, so that the
-machine's drifts fall on all alike), and the longest sequence length that trains under a
-fixed per-process memory cap
-with each. Needs a CUDA GPU, torch, and a built lctd:
+results differ in the last bits) trains too, as the fastest baseline. Reports the peak
+of device memory summed over every process on the GPU (NVML: trainer, lctd and their
+CUDA contexts), the trainer's own peak, lctd's resident bytes and ratio per state kind
+(each mode trained alone), step time and its overhead against each baseline (the four
+modes trained side by side, in turn in runs of four steps, so that the machine's drifts
+fall on all alike), and the longest sequence length that trains under a cap on that
+sum with each. Needs a CUDA GPU, torch, and a built lctd:
 
     tests/bench/train_offload.py --lctd build/bin/lctd --out results/
 """
@@ -34,6 +35,7 @@ from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
 from gpt import GPT  # noqa: E402
+from gpu_memory import Nvml, PeakSampler  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lctd", required=True)
@@ -48,7 +50,7 @@ ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the
 ap.add_argument("--scratch-mib", type=int, default=2048,
                 help="OffloadedAdamW scratch: taken from memory the backward pass freed, during step() only")
 ap.add_argument("--lctd-arg", action="append", default=[], help="extra lctd argument (repeatable)")
-ap.add_argument("--cap-gib", type=float, default=8.0, help="per-process memory cap of the context search")
+ap.add_argument("--cap-gib", type=float, default=8.0, help="the context search's cap on the summed memory of the GPU's processes")
 ap.add_argument("--contexts", default="1024,1280,1536,1664,1792,1920,2048,2176,2304,2560,3072")
 a = ap.parse_args()
 os.makedirs(a.out, exist_ok=True)
@@ -165,6 +167,7 @@ lctd = Lctd("--listen", f"tcp://127.0.0.1:{port}", "--metrics", f"127.0.0.1:{met
             backend="cuda", memory="6G", binary=a.lctd, stderr=open(os.path.join(a.out, "lctd.log"), "w"))
 try:
     clients = {"ipc": lct.Client(lctd.endpoint), "tcp": lct.Client(f"tcp://127.0.0.1:{port}")}
+    nvml = Nvml()  # memory as the GPU sees it: this trainer, lctd and their CUDA contexts, summed
     results = {}
     # Untimed steps first: the GPU's clocks and PyTorch's caches settle before
     # the first timed mode (else the baseline, timed first, runs slow).
@@ -180,12 +183,14 @@ try:
             if mode not in BASELINES:
                 before.update(server_seconds(metrics_port))
         model, opt = make(mode, a.block, clients.get(mode))
-        losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
+        with PeakSampler(nvml) as peak:
+            losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
         r = {"losses": losses, "alone_step_ms": 1e3 * statistics.median(times[1:]),
              "alone_optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
              "alone_step_times_ms": [round(1e3 * t, 2) for t in times],
              "alone_optimizer_times_ms": [round(1e3 * t, 2) for t in opt_times],
              "trainer_peak_bytes": torch.cuda.max_memory_allocated(),
+             "summed_peak_bytes": peak.peak_sum, "lctd_peak_bytes": peak.peak_by_pid.get(lctd.proc.pid, 0),
              "params": sum(p.numel() for p in model.parameters())}
         if mode not in BASELINES:
             kinds = {}
@@ -200,6 +205,8 @@ try:
             n = a.steps - 1
             r["requests_per_step"] = {op: (after[op][0] - before[op][0]) / n for op in after}
             r["lctd_ms_per_step"] = {op: 1e3 * (after[op][1] - before[op][1]) / n for op in after}
+            for t in list(clients[mode].list(prefix=f"{mode}/{a.block}/")):  # the next mode's sum starts clean
+                clients[mode].delete(t.key)
         results[mode] = r
         del model, opt
         print(f"{mode}: losses {losses} step {r['alone_step_ms']:.1f} ms peak "
@@ -218,18 +225,26 @@ try:
         results[mode]["optimizer_times_ms"] = [round(1e3 * t, 2) for t in opt_times]
         print(f"{mode}: interleaved step {results[mode]['step_ms']:.1f} ms", flush=True)
 
-    # Longest context under a fixed per-process cap, batch 1, two steps each.
+    # Longest context under a cap on the summed memory of every process on the GPU (lctd's included), batch
+    # 1, two steps each: the trainer's allocator gets what the others and its own context leave, and a trial
+    # whose sum passed the cap (lctd grows as it stores) does not fit.
     total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(a.cap_gib * 2**30 / total)
+    cap = int(a.cap_gib * 2**30)
     ctx = {}
     for mode in ("torch", "ipc"):
         best = 0
         for T in (int(t) for t in a.contexts.split(",")):
             torch.cuda.empty_cache()
+            procs = nvml.processes()
+            others = sum(v for pid, v in procs.items() if pid != os.getpid())
+            own_context = procs.get(os.getpid(), 0) - torch.cuda.memory_reserved()
+            torch.cuda.set_per_process_memory_fraction(max(cap - others - own_context, 0) / total)
             fits = True
             try:
                 model, opt = make(mode, T, clients.get(mode))
-                train(model, opt, 2, 1, T)
+                with PeakSampler(nvml) as peak:
+                    train(model, opt, 2, 1, T)
+                fits = peak.peak_sum <= cap
             except torch.cuda.OutOfMemoryError:
                 fits = False
             model = opt = None
@@ -273,6 +288,10 @@ for base in BASELINES:  # the step time overhead against each
     print(f"{'step time vs ' + base:28} " + " ".join(
         f"{100 * (results[m]['step_ms'] / results[base]['step_ms'] - 1):+11.1f}%"
         if MODES.index(m) > MODES.index(base) else f"{'-':>12}" for m in MODES))
+print(f"{'summed peak GiB (NVML)':28} " +
+      " ".join(f"{results[m]['summed_peak_bytes'] / 2**30:12.3f}" for m in MODES))
+print(f"{'  of which lctd GiB':28} " +
+      " ".join(f"{results[m]['lctd_peak_bytes'] / 2**30:12.3f}" for m in MODES))
 print(f"{'trainer peak GiB':28} " +
       " ".join(f"{results[m]['trainer_peak_bytes'] / 2**30:12.3f}" for m in MODES))
 print(f"{'+ lctd resident GiB':28} {'-':>12} {'-':>12} {states / 2**30:12.3f}")
@@ -281,4 +300,4 @@ print(f"{'total GiB':28} {t['trainer_peak_bytes'] / 2**30:12.3f} {f['trainer_pea
 for k, v in sorted(i["states"].items()):
     print(f"{'  ' + k + ' ratio':28} {'-':>12} {'-':>12} {v['ratio']:12.4f}  ({v['raw_bytes'] / 2**20:.0f} MiB raw)")
 print(f"{'  states raw -> stored':28} {'-':>12} {'-':>12} {raw / 2**30:6.3f}->{states / 2**30:.3f}")
-print(f"{'longest context @ %.0f GiB' % a.cap_gib:28} {ctx['torch']:12d} {'-':>12} {ctx['ipc']:12d}")
+print(f"{'longest context @ %.0f GiB sum' % a.cap_gib:28} {ctx['torch']:12d} {'-':>12} {ctx['ipc']:12d}")

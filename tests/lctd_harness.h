@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,17 @@ static inline void test_lctd_stop(test_lctd *d) {
   cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
   d->pid = 0;
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "lctd ended with status %d", status);
+}
+
+/* A token file for lctd and liblct, /tmp/lct-test-TAG-PID: the token and a
+ * newline, mode 0600 as they require; its path goes to path. */
+static inline void test_token_file(const char *tag, const char *token, char *path, size_t cap) {
+  snprintf(path, cap, "/tmp/lct-test-%s-%d", tag, (int)getpid());
+  FILE *f = fopen(path, "w");
+  cr_assert(f != NULL, "cannot write %s", path);
+  fprintf(f, "%s\n", token);
+  fclose(f);
+  cr_assert_eq(chmod(path, 0600), 0);
 }
 
 static inline lct_client *test_connect(const char *endpoint) {

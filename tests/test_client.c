@@ -9,6 +9,7 @@
 #include "lct_checksum.h"
 #include "lct_wire.h"
 #include "lctd_harness.h"
+#include "raw_wire.h"
 #include "test_util.h"
 
 static test_lctd daemon_;
@@ -30,54 +31,17 @@ typedef struct raw_conn {
   int sock;
 } raw_conn;
 
-static raw_conn raw_open(const char *endpoint) {
-  raw_conn r;
-  r.sock = nn_socket(AF_SP, NN_REQ);
-  cr_assert(r.sock >= 0);
-  int t = 5000, max = -1;
-  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
-  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_SNDTIMEO, &t, sizeof t);
-  nn_setsockopt(r.sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max, sizeof max);
-  cr_assert(nn_connect(r.sock, endpoint) >= 0);
-  return r;
-}
+static raw_conn raw_open(const char *endpoint) { return (raw_conn){test_raw_open(endpoint)}; }
 
 /* Sends raw bytes; returns the reply's status (0 or a positive LCT code) and
  * optionally the reply (free with lctpb__reply__free_unpacked) and payload. */
 static uint32_t raw_bytes(raw_conn *r, const void *msg, size_t len, Lctpb__Reply **reply, void **payload,
                           size_t *plen) {
-  cr_assert_eq(nn_send(r->sock, msg, len, 0), (int)len);
-  void *buf = NULL;
-  int n = nn_recv(r->sock, &buf, NN_MSG, 0);
-  cr_assert(n >= 0, "no reply: %s", nn_strerror(nn_errno()));
-  lct_wire_frame f;
-  cr_assert_eq(lct_wire_split(buf, (size_t)n, &f), 0, "reply frame");
-  Lctpb__Reply *rp;
-  cr_assert_eq(lct_wire_reply_parse(&f, &rp), 0, "reply header");
-  uint32_t status = rp->status;
-  if (status != 0) cr_assert(rp->message && *rp->message, "an error reply carries a message");
-  if (payload) {
-    *payload = malloc(f.payload_len + 1);
-    memcpy(*payload, f.payload, f.payload_len);
-    *plen = f.payload_len;
-  }
-  if (reply) *reply = rp;
-  else lctpb__reply__free_unpacked(rp, NULL);
-  nn_freemsg(buf);
-  return status;
+  return test_raw_send(r->sock, msg, len, reply, payload, plen);
 }
 
 static uint32_t raw_call(raw_conn *r, Lctpb__Request *rq, const void *payload, size_t plen, Lctpb__Reply **reply) {
-  rq->payload_bytes = plen;
-  size_t h = lctpb__request__get_packed_size(rq);
-  uint8_t *m = malloc(LCT_WIRE_PREFIX_BYTES + h + plen);
-  cr_assert_not_null(m);
-  lct_wire_prefix(m, h);
-  lctpb__request__pack(rq, m + LCT_WIRE_PREFIX_BYTES);
-  if (plen) memcpy(m + LCT_WIRE_PREFIX_BYTES + h, payload, plen);
-  uint32_t s = raw_bytes(r, m, LCT_WIRE_PREFIX_BYTES + h + plen, reply, NULL, NULL);
-  free(m);
-  return s;
+  return test_raw_call(r->sock, rq, payload, plen, reply);
 }
 
 static void raw_key(Lctpb__Request *rq, const char *key) {

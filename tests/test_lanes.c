@@ -9,16 +9,14 @@
 static test_lctd lctd;
 static char token_path[96];
 
-static void start(void) {
-  snprintf(token_path, sizeof token_path, "/tmp/lct-lanes-token-%d", (int)getpid());
-  FILE *f = fopen(token_path, "w");
-  cr_assert(f != NULL);
-  fputs(TOKEN "\n", f);
-  fclose(f);
-  chmod(token_path, 0600);
-  const char *extra[] = {"--auth-token-file", token_path, NULL};
+/* lctd with a token, and a setting of the test's own (NULL: none). */
+static void start_with(const char *setting, const char *value) {
+  test_token_file("lanes-token", TOKEN, token_path, sizeof token_path);
+  const char *extra[] = {"--auth-token-file", token_path, setting, value, NULL};
   test_lctd_start(&lctd, extra);
 }
+
+static void start(void) { start_with(NULL, NULL); }
 
 static void stop(void) {
   test_lctd_stop(&lctd);
@@ -105,16 +103,7 @@ Test(lanes, queued_jobs_in_flight_together) {
   lct_close(c);
 }
 
-static void start_small_staging(void) {
-  snprintf(token_path, sizeof token_path, "/tmp/lct-lanes-token-%d", (int)getpid());
-  FILE *f = fopen(token_path, "w");
-  cr_assert(f != NULL);
-  fputs(TOKEN "\n", f);
-  fclose(f);
-  chmod(token_path, 0600);
-  const char *extra[] = {"--auth-token-file", token_path, "--staging-memory", "4M", NULL};
-  test_lctd_start(&lctd, extra);
-}
+static void start_small_staging(void) { start_with("--staging-memory", "4M"); }
 
 /* A transfer that fails with requests in flight on other lanes takes their replies: the lanes stay free for
  * the next request, which succeeds (no LCT_EBUSY). */

@@ -7,6 +7,7 @@
 
 #include "lct_wire.h"
 #include "lctd_harness.h"
+#include "raw_wire.h"
 #include "test_util.h"
 
 #define ADMIN_TOKEN "admin-token-0123456789abcdef"
@@ -305,14 +306,6 @@ Test(tenants, sighup_reloads_the_access_file, .init = start, .fini = stop) {
 
 /* ---- requests no liblct sends: the plain token of old clients ------------ */
 
-static int plain_open(const char *endpoint) {
-  int s = nn_socket(AF_SP, NN_REQ), t = 5000;
-  cr_assert(s >= 0);
-  nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
-  cr_assert(nn_connect(s, endpoint) >= 0);
-  return s;
-}
-
 /* One request over s, a cooked REQ socket, with the plain token (NULL: none):
  * the reply's status; its put_id and failed_item too. */
 static uint32_t plain_call(int s, const char *token, Lctpb__Request *rq, const void *payload, size_t plen,
@@ -320,34 +313,18 @@ static uint32_t plain_call(int s, const char *token, Lctpb__Request *rq, const v
   rq->has_auth_token = token != NULL;
   if (token != NULL)
     rq->auth_token = (ProtobufCBinaryData){strlen(token), (uint8_t *)token};
-  rq->payload_bytes = plen;
-  size_t h = lctpb__request__get_packed_size(rq);
-  uint8_t *m = malloc(LCT_WIRE_PREFIX_BYTES + h + plen);
-  lct_wire_prefix(m, h);
-  lctpb__request__pack(rq, m + LCT_WIRE_PREFIX_BYTES);
-  if (plen > 0)
-    memcpy(m + LCT_WIRE_PREFIX_BYTES + h, payload, plen);
-  cr_assert_eq(nn_send(s, m, LCT_WIRE_PREFIX_BYTES + h + plen, 0), (int)(LCT_WIRE_PREFIX_BYTES + h + plen));
-  free(m);
-  void *buf;
-  int n = nn_recv(s, &buf, NN_MSG, 0);
-  cr_assert(n >= 0, "no reply: %s", nn_strerror(nn_errno()));
-  lct_wire_frame f;
   Lctpb__Reply *rp;
-  cr_assert_eq(lct_wire_split(buf, (size_t)n, &f), 0);
-  cr_assert_eq(lct_wire_reply_parse(&f, &rp), 0);
-  uint32_t status = rp->status;
+  uint32_t status = test_raw_call(s, rq, payload, plen, &rp);
   if (put_id != NULL)
     *put_id = rp->put_id;
   if (failed != NULL)
     *failed = rp->has_failed_item ? (long)rp->failed_item : -1;
   lctpb__reply__free_unpacked(rp, NULL);
-  nn_freemsg(buf);
   return status;
 }
 
 Test(tenants, plain_tokens_refused_unless_allowed, .init = start, .fini = stop) {
-  int s = plain_open(daemon_.tcp);
+  int s = test_raw_open(daemon_.tcp);
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   rq.op = LCTPB__OP__OP_PING;
   cr_assert_eq(plain_call(s, ADMIN_TOKEN, &rq, NULL, 0, NULL, NULL), (uint32_t)-LCT_EACCES,
@@ -358,7 +335,7 @@ Test(tenants, plain_tokens_refused_unless_allowed, .init = start, .fini = stop) 
 /* One connection, and a plain token per request: what one tenant's token
  * began, another's cannot touch. */
 Test(tenants, old_clients_confined_too, .init = start_plain, .fini = stop) {
-  int s = plain_open(daemon_.tcp);
+  int s = test_raw_open(daemon_.tcp);
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   rq.op = LCTPB__OP__OP_PING;
   cr_assert_eq(plain_call(s, ADMIN_TOKEN, &rq, NULL, 0, NULL, NULL), 0, "auth_plain_token on");

@@ -67,7 +67,7 @@ static inline int test_dtype_from_name(const char *name) {
 }
 
 /* Writes len bytes to /tmp/lct-test-TAG-PID (one per process and tag) and
- * returns that path, valid until the next call with the same tag. */
+ * returns that path, valid until the next call. */
 static inline const char *test_write_tmp(const char *tag, const void *bytes, size_t len) {
   static char path[96];
   snprintf(path, sizeof path, "/tmp/lct-test-%s-%d", tag, (int)getpid());

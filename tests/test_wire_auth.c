@@ -8,6 +8,7 @@
 
 #include "lct_wire.h"
 #include "lctd_harness.h"
+#include "raw_wire.h"
 
 #define TOKEN "wire-token-0123456789abcdef-secret"
 #define CAPTURED_MAX 64
@@ -16,12 +17,7 @@ static test_lctd daemon_;
 static char token_path_[96];
 
 static void start(void) {
-  snprintf(token_path_, sizeof token_path_, "/tmp/lct-wire-token-%d", (int)getpid());
-  FILE *f = fopen(token_path_, "w");
-  cr_assert(f != NULL);
-  fputs(TOKEN "\n", f);
-  fclose(f);
-  chmod(token_path_, 0600);
+  test_token_file("wire-token", TOKEN, token_path_, sizeof token_path_);
   const char *extra[] = {"--auth-token-file", token_path_, NULL};
   test_lctd_start(&daemon_, extra);
 }
@@ -136,28 +132,12 @@ static size_t find_captured(const relay *r, uint32_t op, int with_proof) {
 /* Sends msg as it is on socket s (a new connection to lctd); the reply's
  * status, and whether it carries a challenge. */
 static uint32_t send_raw(int s, const void *msg, size_t len, int *challenge) {
-  cr_assert_eq(nn_send(s, msg, len, 0), (int)len);
-  void *buf;
-  int n = nn_recv(s, &buf, NN_MSG, 0);
-  cr_assert(n >= 0, "no reply: %s", nn_strerror(nn_errno()));
-  lct_wire_frame f;
   Lctpb__Reply *rp;
-  cr_assert_eq(lct_wire_split(buf, (size_t)n, &f), 0);
-  cr_assert_eq(lct_wire_reply_parse(&f, &rp), 0);
-  uint32_t status = rp->status;
+  uint32_t status = test_raw_send(s, msg, len, &rp, NULL, NULL);
   if (challenge != NULL)
     *challenge = rp->has_auth_nonce;
   lctpb__reply__free_unpacked(rp, NULL);
-  nn_freemsg(buf);
   return status;
-}
-
-static int open_direct(const char *endpoint) {
-  int s = nn_socket(AF_SP, NN_REQ), t = 5000;
-  cr_assert(s >= 0);
-  nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
-  cr_assert(nn_connect(s, endpoint) >= 0);
-  return s;
 }
 
 static lct_client *client_through(const char *endpoint) {
@@ -207,7 +187,7 @@ Test(wire_auth, captured_requests_replayed_elsewhere_refused, .init = start, .fi
   size_t answer = find_captured(&r, LCTPB__OP__OP_AUTH, 1), put = find_captured(&r, LCTPB__OP__OP_PUT, 0);
 
   /* A new connection: the answer belongs to a challenge it never had. */
-  int s = open_direct(daemon_.tcp), challenge;
+  int s = test_raw_open(daemon_.tcp), challenge;
   cr_assert_eq(send_raw(s, r.msgs[answer], r.lens[answer], &challenge), (uint32_t)-LCT_EACCES);
   cr_assert(challenge, "the refusal carries a challenge of the connection's own");
   /* With a challenge of its own outstanding, the old answer is still wrong. */

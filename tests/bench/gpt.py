@@ -1,10 +1,19 @@
 """gpt.py — the GPT of the trainer benchmarks: train_offload.py and train_compressed.py train it;
 optim_step.py and device_put.py move optimizer states of its parameters' shapes."""
+import glob
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB = 256  # bytes
+
+
+def corpus(limit=32 << 20):
+    """The benchmarks' real text: the Python sources of the installed torch, the first limit bytes."""
+    files = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "**", "*.py"), recursive=True))
+    return b"".join(open(f, "rb").read() for f in files)[:limit]
 
 
 class Block(nn.Module):

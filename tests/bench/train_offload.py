@@ -16,7 +16,6 @@ sum with each. Needs a CUDA GPU, torch, and a built lctd:
     tests/bench/train_offload.py --lctd build/bin/lctd --out results/
 """
 import argparse
-import glob
 import json
 import os
 import re
@@ -34,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
-from gpt import GPT  # noqa: E402
+from gpt import GPT, corpus  # noqa: E402
 from gpu_memory import Nvml, PeakSampler  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -58,8 +57,7 @@ dev = "cuda"
 torch.use_deterministic_algorithms(True)  # bitwise-comparable runs
 LR, BETAS, WD = 3e-4, (0.9, 0.95), 0.1
 
-files = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "**", "*.py"), recursive=True))
-text = b"".join(open(f, "rb").read() for f in files)[: 32 << 20]
+text = corpus()
 data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev).long()
 
 

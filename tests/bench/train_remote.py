@@ -12,7 +12,6 @@ does not hide plus the update. Needs a CUDA GPU, torch 2, and a build with CUDA:
     tests/bench/train_remote.py --lctd build-gpu/bin/lctd --out results/
 """
 import argparse
-import glob
 import json
 import os
 import socket
@@ -30,7 +29,7 @@ from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path
 import lct  # noqa: E402
 from lct.torch import Codec, wire  # noqa: E402
 from lct.torch.adamw import _fused_adamw  # noqa: E402
-from gpt import GPT  # noqa: E402
+from gpt import GPT, corpus  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lctd", required=True)
@@ -51,8 +50,7 @@ torch.use_deterministic_algorithms(True)
 LR, BETAS, WD, EPS = 3e-4, (0.9, 0.95), 0.1, 1e-8
 MICRO = -(-a.tokens // (a.batch * a.block))  # micro-batches per optimizer step
 
-files = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "**", "*.py"), recursive=True))
-text = b"".join(open(f, "rb").read() for f in files)[: 32 << 20]  # train_offload.py's text
+text = corpus()
 data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev).long()
 
 

@@ -179,7 +179,7 @@ class Codec:
                 n = 1 << _lib.symbol_bits(codes[i])
                 hist_at[i] = (at, n)
                 at += n
-        hist = torch.zeros(max(at, 1), dtype=torch.int64, device=dev)
+        hist = torch.zeros(at, dtype=torch.int64, device=dev) if counting else None
 
         caps = [_aligned(_lib.encode_bound(c, flat.numel())) for c, (_, _, flat, _) in zip(codes, pieces)]
         scratch = torch.empty(sum(caps), dtype=torch.uint8, device=dev)

@@ -719,17 +719,23 @@ int lct_ping(lct_client *c, lct_server_info *info) {
 
 /* ---- put ---------------------------------------------------------------- */
 
-int lct__put_decl(lct_client *c, lct_dtype dtype, const uint64_t *shape, int ndim, size_t bytes, lct_put_decl *d,
+int lct__put_meta(lct_client *c, lct_dtype dtype, const uint64_t *shape, int ndim, lct_put_decl *d,
                   Lctpb__TensorMeta *meta) {
   char why[sizeof c->err];
   int rc = lct_put_decl_make(dtype, shape, ndim, d, why, sizeof why);
   if (rc != 0)
     return lct__fail(c, rc, "%s", why);
-  if (d->raw_bytes != bytes)
-    return lct__fail(c, LCT_ESIZE, "%zu bytes given; dtype %s and shape make %" PRIu64 " elements", bytes,
-                     lct_dtype_name(dtype), d->n_elems);
   lct_put_decl_to_meta(d, meta);
   return 0;
+}
+
+int lct__put_decl(lct_client *c, lct_dtype dtype, const uint64_t *shape, int ndim, size_t bytes, lct_put_decl *d,
+                  Lctpb__TensorMeta *meta) {
+  int rc = lct__put_meta(c, dtype, shape, ndim, d, meta);
+  if (rc == 0 && d->raw_bytes != bytes)
+    rc = lct__fail(c, LCT_ESIZE, "%zu bytes given; dtype %s and shape make %" PRIu64 " elements", bytes,
+                   lct_dtype_name(dtype), d->n_elems);
+  return rc;
 }
 
 int lct_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim, const void *data,

@@ -150,6 +150,9 @@ int lct__window_drain(lct_client *c, lct__window *w, lct__take_fn take, void *ar
  * needing none) and no lane broken since the last reply. */
 int lct__pipeline_ready(const lct_client *c);
 
+/* A put's checked declaration and its TensorMeta (lct__fail on a bad one). */
+int lct__put_meta(lct_client *c, lct_dtype dtype, const uint64_t *shape, int ndim, lct_put_decl *d,
+                  Lctpb__TensorMeta *meta);
 /* A put's declaration, checked as lctd checks it: bytes must be what dtype
  * and shape make. meta's shape points into *d. */
 int lct__put_decl(lct_client *c, lct_dtype dtype, const uint64_t *shape, int ndim, size_t bytes, lct_put_decl *d,

@@ -87,23 +87,16 @@ int lct_put_stream_open(lct_client *c, const char *key, lct_dtype dtype, const u
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
   lct_put_decl d;
   Lctpb__TensorMeta m;
-  size_t len = key != NULL ? strlen(key) : 0;
   int rc;
   if (out == NULL)
     return lct__fail(c, LCT_EINVAL, "no stream pointer");
-  if (lct_wire_key_check((const uint8_t *)key, len) != 0)
-    return lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", LCT_KEY_MAX);
-  char why[sizeof c->err];
-  if ((rc = lct_put_decl_make(dtype, shape, ndim, &d, why, sizeof why)) != 0)
-    return lct__fail(c, rc, "%s", why);
+  if ((rc = lct__key_of(c, key, &rq)) != 0 || (rc = lct__put_meta(c, dtype, shape, ndim, &d, &m)) != 0)
+    return rc;
   if (encoded && c->segment_bytes == 0)
     return lct__fail(c, LCT_EOP, "this lctd takes no encoded puts (it is older); the put was not sent");
-  lct_put_decl_to_meta(&d, &m);
   m.has_checksum = 1;
   m.checksum = checksum;
   rq.op = LCTPB__OP__OP_PUT_BEGIN;
-  rq.has_key = 1;
-  rq.key = (ProtobufCBinaryData){len, (uint8_t *)key};
   rq.meta = &m;
   rq.has_encoded = encoded != 0;
   rq.encoded = encoded != 0;
@@ -265,19 +258,12 @@ int lct_put_encoded(lct_client *c, const char *key, lct_dtype dtype, const uint6
     Lctpb__Request rq = LCTPB__REQUEST__INIT;
     lct_put_decl d;
     Lctpb__TensorMeta m;
-    size_t klen = key != NULL ? strlen(key) : 0;
-    char why[sizeof c->err];
     int rc;
-    if (lct_wire_key_check((const uint8_t *)key, klen) != 0)
-      return lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", LCT_KEY_MAX);
-    if ((rc = lct_put_decl_make(dtype, shape, ndim, &d, why, sizeof why)) != 0)
-      return lct__fail(c, rc, "%s", why);
-    lct_put_decl_to_meta(&d, &m);
+    if ((rc = lct__key_of(c, key, &rq)) != 0 || (rc = lct__put_meta(c, dtype, shape, ndim, &d, &m)) != 0)
+      return rc;
     m.has_checksum = 1;
     m.checksum = checksum;
     rq.op = LCTPB__OP__OP_PUT;
-    rq.has_key = 1;
-    rq.key = (ProtobufCBinaryData){klen, (uint8_t *)key};
     rq.meta = &m;
     rq.has_encoded = rq.encoded = 1;
     lct__reply r;

@@ -87,6 +87,11 @@ typedef struct lct__backend_ops {
    * Loop thread. */
   int (*ipc_map)(void *ctx, const uint8_t *handle, uint8_t **base, uint64_t *size, int *opened);
   void (*ipc_unmap)(void *ctx, const uint8_t *base);
+  /* Closes the cached mappings no request has used for idle_ms (UINT64_MAX:
+   * none) and returns the bytes still mapped. While lctd maps a client's
+   * allocation, memory the client frees stays allocated on the GPU: this is
+   * what gives it back. Loop thread. */
+  uint64_t (*ipc_trim)(void *ctx, uint64_t idle_ms);
   /* 1 when the GPU of gpu_uuid (LCT_GPU_UUID_BYTES) is another one of this
    * host that the backend's device reaches by peer access (NVLink or PCIe):
    * ipc_map then maps its allocations with peer access enabled, and the

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "granules.h"
@@ -81,8 +82,9 @@ typedef struct lct__ipc_map {
   uint8_t handle[LCT_IPC_HANDLE_BYTES];
   uint8_t *base; /* NULL: a free slot */
   uint64_t size;
-  int refs;      /* requests using it: never closed while nonzero */
-  uint64_t used; /* tick of the last map, for eviction */
+  int refs;         /* requests using it: never closed while nonzero */
+  uint64_t used;    /* tick of the last map, for eviction */
+  uint64_t idle_ms; /* monotonic time its last request ended (ipc_trim) */
 } lct__ipc_map;
 
 /* The driver calls lctd makes, found through the runtime
@@ -819,14 +821,39 @@ static int lct__cuda_reaches(void *ctx, const uint8_t *gpu_uuid) {
   return 0;
 }
 
+static uint64_t lct__monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static void lct__cuda_ipc_unmap(void *ctx, const uint8_t *base) {
   lct__cuda *g = ctx;
   for (int i = 0; i < LCT__IPC_CACHE; i++) {
     if (g->ipc[i].base == base && g->ipc[i].refs > 0) {
-      g->ipc[i].refs--;
+      if (--g->ipc[i].refs == 0)
+        g->ipc[i].idle_ms = lct__monotonic_ms();
       return;
     }
   }
+}
+
+static uint64_t lct__cuda_ipc_trim(void *ctx, uint64_t idle_ms) {
+  lct__cuda *g = ctx;
+  uint64_t now = lct__monotonic_ms(), mapped = 0;
+  for (int i = 0; i < LCT__IPC_CACHE; i++) {
+    lct__ipc_map *m = &g->ipc[i];
+    if (m->base == NULL)
+      continue;
+    if (m->refs == 0 && idle_ms != UINT64_MAX && now - m->idle_ms >= idle_ms) {
+      LCT__CUDA_LOGGED(cudaSetDevice(g->device));
+      LCT__CUDA_LOGGED(cudaIpcCloseMemHandle(m->base));
+      m->base = NULL;
+      continue;
+    }
+    mapped += m->size;
+  }
+  return mapped;
 }
 
 /* ---- open and close ---------------------------------------------------------- */
@@ -903,6 +930,7 @@ static const lct__backend_ops lct__cuda_ops = {
     .write = lct__cuda_write,
     .ipc_map = lct__cuda_ipc_map,
     .ipc_unmap = lct__cuda_ipc_unmap,
+    .ipc_trim = lct__cuda_ipc_trim,
     .peer = lct__cuda_reaches,
     .encode_batch = lct__cuda_encode_batch,
     .decode_batch = lct__cuda_decode_batch,

@@ -59,6 +59,9 @@ static const lct__cfg_def lct__cfg_table[] = {
     {"memory_slack", LCT__CFG_SIZE, LCT__OFF(memory_slack), 0, UINT64_C(1) << 50, "256M", NULL, 0, NULL,
      "cuda: device memory the pool keeps mapped beyond its blobs, in whole granules (2M on current GPUs), for the "
      "next puts; the pool maps device memory as blobs need it, up to memory, and unmaps what is freed beyond this"},
+    {"ipc_idle", LCT__CFG_MS, LCT__OFF(ipc_idle_ms), 10, UINT64_C(86400000), "2s", NULL, 0, NULL,
+     "cuda: a client's GPU allocation that lctd maps for device puts and gets (CUDA IPC) is unmapped after this "
+     "long unused; until then, memory the client frees stays allocated on the GPU"},
     {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, 0, NULL, "CUDA device ordinal"},
     {"frame_size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL, 0,
      NULL, "largest payload of one message; larger tensors travel in several"},

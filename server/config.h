@@ -18,6 +18,7 @@ typedef struct lct__config {
   int backend;                   /* LCT__BACKEND_* */
   uint64_t memory;               /* pool capacity in bytes; 0: automatic */
   uint64_t memory_slack;         /* cuda: device bytes of empty granules the pool keeps mapped */
+  uint64_t ipc_idle_ms;          /* cuda: a client allocation mapped by CUDA IPC and unused this long is unmapped */
   int device;                    /* CUDA device ordinal */
   uint64_t frame_size;           /* payload bytes per frame */
   uint64_t segment_size;         /* raw bytes per independently coded segment */

@@ -56,7 +56,15 @@ typedef struct lct__main {
   char **argv;
   uv_signal_t sigint, sigterm, sighup;
   uv_timer_t drain;
+  uv_timer_t ipc_sweep;
 } lct__main;
+
+/* Unmaps the client allocations idle for ipc_idle, so that what a trainer frees goes back to the GPU. */
+static void lct__ipc_sweep(uv_timer_t *t) {
+  lct__server *srv = t->data;
+  const lct__backend *be = lct__pool_backend(srv->pool);
+  srv->stats.ipc_mapped = be->ops->ipc_trim(be->ctx, srv->cfg.ipc_idle_ms);
+}
 
 static void lct__drain_expired(uv_timer_t *t) {
   lct__main *m = t->data;
@@ -87,6 +95,7 @@ static void lct__on_signal(uv_signal_t *h, int signum) {
   uv_close((uv_handle_t *)&m->sigint, NULL);
   uv_close((uv_handle_t *)&m->sigterm, NULL);
   uv_close((uv_handle_t *)&m->sighup, NULL);
+  uv_close((uv_handle_t *)&m->ipc_sweep, NULL);
   lct__autosave_close(&m->srv);
   /* The timer bounds the drain without keeping the loop alive by itself. */
   uv_timer_start(&m->drain, lct__drain_expired, m->srv.cfg.drain_timeout_ms, 0);
@@ -300,6 +309,13 @@ static int lct__open_endpoints(lct__main *m, char *err, size_t errlen) {
   uv_signal_start(&m->sigint, lct__on_signal, SIGINT);
   uv_signal_start(&m->sigterm, lct__on_signal, SIGTERM);
   uv_signal_start(&m->sighup, lct__on_reload, SIGHUP);
+  uv_timer_init(srv->loop, &m->ipc_sweep);
+  m->ipc_sweep.data = srv;
+  if (lct__pool_backend(srv->pool)->ops->ipc_trim != NULL) {
+    uint64_t period = srv->cfg.ipc_idle_ms / 4 > 1000 ? 1000 : srv->cfg.ipc_idle_ms / 4;
+    uv_timer_start(&m->ipc_sweep, lct__ipc_sweep, period, period);
+    uv_unref((uv_handle_t *)&m->ipc_sweep); /* the sockets, not the sweep, keep the loop alive */
+  }
   return 0;
 }
 

@@ -200,6 +200,10 @@ char *lct__stats_render(const lct__stats *st, const char *backend, size_t *len) 
               "Memory the pool holds: on cuda the device memory mapped (granules holding blobs, and empty ones up to "
               "memory_slack), on cpu its bytes in use.",
               st->pool_held);
+  lct__metric(&b, "ipc_mapped_bytes", "gauge",
+              "Client GPU allocations mapped for device puts and gets (CUDA IPC); what a client frees of them stays "
+              "allocated on the GPU until unmapped, ipc_idle after their last use.",
+              st->ipc_mapped);
   lct__metric(&b, "staging_bytes", "gauge", "Host bytes held by uncommitted chunked puts.",
               st->staging_bytes);
   lct__metric(&b, "pending_puts", "gauge", "Chunked puts begun and not committed.", st->pending_puts);
@@ -259,6 +263,9 @@ char *lct__server_stats_text(lct__server *srv, size_t *len) {
   srv->stats.pool_capacity = lct__pool_capacity(srv->pool);
   srv->stats.pool_used = lct__pool_used(srv->pool);
   srv->stats.pool_held = lct__pool_held(srv->pool);
+  const lct__backend *be = lct__pool_backend(srv->pool);
+  if (be->ops->ipc_trim != NULL)
+    srv->stats.ipc_mapped = be->ops->ipc_trim(be->ctx, UINT64_MAX);
   srv->stats.clients = lct__transport_clients(srv->transport);
   size_t tlen;
   char *text = lct__stats_render(&srv->stats, srv->backend_name, len);

@@ -37,6 +37,7 @@ typedef struct lct__stats {
   uint64_t pool_capacity;     /* pool bytes available for blobs */
   uint64_t pool_used;         /* pool bytes in use (stored plus in-flight encodes) */
   uint64_t pool_held;         /* memory the pool holds (cuda: device memory mapped) */
+  uint64_t ipc_mapped;        /* client GPU allocations mapped by CUDA IPC, as of the last request or sweep */
   uint64_t staging_bytes;     /* host bytes held by chunked puts */
   uint64_t pending_puts;      /* chunked puts begun and not committed */
   uint64_t puts_expired;      /* chunked puts dropped by put-timeout */

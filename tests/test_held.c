@@ -13,11 +13,13 @@ static test_lctd lctd;
 
 static void stop(void) { test_lctd_stop(&lctd); }
 
-static void start(const char *slack) {
+static void start_idle(const char *slack, const char *ipc_idle) {
   setenv("LCT_TEST_BACKEND", "cuda", 1);
-  const char *extra[] = {"--memory", "4G", "--memory-slack", slack, "--threads", "4", NULL};
+  const char *extra[] = {"--memory", "4G", "--memory-slack", slack, "--threads", "4", "--ipc-idle", ipc_idle, NULL};
   test_lctd_start(&lctd, extra);
 }
+
+static void start(const char *slack) { start_idle(slack, "2s"); }
 
 static uint64_t held(lct_client *c) { return test_metric(c, "lct_pool_held_bytes "); }
 static uint64_t stored(lct_client *c) { return test_metric(c, "lct_stored_bytes "); }
@@ -148,5 +150,35 @@ Test(held, device_puts_and_gets, .fini = stop) {
   CUDA_CHECK(cudaFree(dst));
   free(host);
   free(back);
+  lct_close(c);
+}
+
+Test(held, freed_client_buffers_go_back, .fini = stop) {
+  /* lctd keeps a client's allocation mapped between its device requests; once the client has freed it and
+   * ipc_idle has passed, lctd unmaps it and the GPU has the memory back. */
+  NEED_GPU();
+  CUDA_CHECK(cudaFree(0));
+  start_idle("0", "200ms");
+  lct_client *c = test_connect(lctd.ipc);
+  const size_t bytes = 256u << 20;
+  const uint64_t before = device_free();
+  void *buf;
+  CUDA_CHECK(cudaMalloc(&buf, bytes));
+  CUDA_CHECK(cudaMemset(buf, 0x3c, bytes));
+  uint64_t shape[1] = {bytes / 2};
+  cr_assert_eq(lct_put_device(c, "scratch", LCT_DTYPE_BF16, shape, 1, buf, bytes, NULL), 0, "%s", lct_last_error(c));
+  cr_assert_eq(test_stats(c).device_fallbacks, 0, "device to device");
+  cr_assert_geq(test_metric(c, "lct_ipc_mapped_bytes "), bytes, "the client's allocation is mapped");
+  cr_assert_eq(lct_delete(c, "scratch"), 0);
+  CUDA_CHECK(cudaFree(buf));
+  uint64_t mapped = 1;
+  for (int i = 0; i < 100 && mapped != 0; i++) {
+    usleep(50 * 1000);
+    mapped = test_metric(c, "lct_ipc_mapped_bytes ");
+  }
+  cr_assert_eq(mapped, 0, "unmapped after ipc_idle");
+  const uint64_t after = device_free();
+  cr_assert_geq(after + (16u << 20), before, "the GPU has the freed buffer back: %llu MiB free, %llu before",
+                (unsigned long long)(after >> 20), (unsigned long long)(before >> 20));
   lct_close(c);
 }

@@ -46,17 +46,18 @@ class Nvml:
 
 
 class PeakSampler:
-    """Samples the sum over the GPU's processes every interval seconds, in a thread, while it runs."""
+    """Samples the sum over the GPU's processes (but those of exclude) every interval seconds, in a thread, while it
+    runs."""
 
-    def __init__(self, nvml, interval=0.005):
-        self.nvml, self.interval = nvml, interval
+    def __init__(self, nvml, interval=0.005, exclude=()):
+        self.nvml, self.interval, self.exclude = nvml, interval, set(exclude)
         self.peak_sum = self.peak_device = 0
         self.peak_by_pid = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self):
-        procs = self.nvml.processes()
+        procs = {pid: used for pid, used in self.nvml.processes().items() if pid not in self.exclude}
         self.peak_sum = max(self.peak_sum, sum(procs.values()))
         for pid, used in procs.items():
             self.peak_by_pid[pid] = max(self.peak_by_pid.get(pid, 0), used)

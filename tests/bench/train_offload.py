@@ -7,7 +7,7 @@ Asserts that the loss of every step is bitwise identical between torch AdamW
 optimizer. PyTorch's default AdamW on CUDA (foreach=True, multi-tensor kernels; its
 results differ in the last bits) trains too, as the fastest baseline. Reports the peak
 of device memory summed over every process on the GPU (NVML: trainer, lctd and their
-CUDA contexts), the trainer's own peak, lctd's resident bytes and ratio per state kind
+CUDA contexts; lctd left out of the baselines, which do not use it), the trainer's own peak, lctd's resident bytes and ratio per state kind
 (each mode trained alone), step time and its overhead against each baseline (the four
 modes trained side by side, in turn in runs of four steps, so that the machine's drifts
 fall on all alike), and the longest sequence length that trains under a cap on that
@@ -149,6 +149,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def settle(metrics_port, limit=30.0):
+    """Frees the trainer's cached memory and waits (bounded) until lctd has unmapped the trainer's freed buffers
+    (ipc_idle after their last request): the next measurement starts from what is allocated."""
+    torch.cuda.empty_cache()
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        mapped = re.search(r"^lct_ipc_mapped_bytes (\S+)", text, re.M)
+        if mapped is None or float(mapped.group(1)) == 0:
+            return
+        time.sleep(0.1)
+
+
 def server_seconds(metrics_port):
     """lctd's time in device batch requests, receipt to reply: {op: (count, seconds)}."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
@@ -173,7 +186,7 @@ try:
     train(model, opt, a.warmup, a.batch, a.block)
     del model, opt
     for mode in MODES:
-        torch.cuda.empty_cache()
+        settle(metrics_port)
         torch.cuda.reset_peak_memory_stats()
         before = {}
 
@@ -181,7 +194,8 @@ try:
             if mode not in BASELINES:
                 before.update(server_seconds(metrics_port))
         model, opt = make(mode, a.block, clients.get(mode))
-        with PeakSampler(nvml) as peak:
+        # A baseline runs without lctd: the idle lctd's CUDA context is not its memory.
+        with PeakSampler(nvml, exclude=[lctd.proc.pid] if mode in BASELINES else []) as peak:
             losses, times, opt_times = train(model, opt, a.steps, a.batch, a.block, after_first)
         r = {"losses": losses, "alone_step_ms": 1e3 * statistics.median(times[1:]),
              "alone_optimizer_ms": 1e3 * statistics.median(opt_times[1:]),
@@ -223,24 +237,26 @@ try:
         results[mode]["optimizer_times_ms"] = [round(1e3 * t, 2) for t in opt_times]
         print(f"{mode}: interleaved step {results[mode]['step_ms']:.1f} ms", flush=True)
 
-    # Longest context under a cap on the summed memory of every process on the GPU (lctd's included), batch
-    # 1, two steps each: the trainer's allocator gets what the others and its own context leave, and a trial
-    # whose sum passed the cap (lctd grows as it stores) does not fit.
+    # Longest context under a cap on the summed memory of every process on the GPU (lctd's included, but for
+    # the baseline, which runs without it), batch 1, two steps each: the trainer's allocator gets what the
+    # others and its own context leave, and a trial whose sum passed the cap (lctd grows as it stores) does
+    # not fit.
     total = torch.cuda.get_device_properties(0).total_memory
     cap = int(a.cap_gib * 2**30)
     ctx = {}
     for mode in ("torch", "ipc"):
         best = 0
+        exclude = [lctd.proc.pid] if mode in BASELINES else []
         for T in (int(t) for t in a.contexts.split(",")):
-            torch.cuda.empty_cache()
+            settle(metrics_port)
             procs = nvml.processes()
-            others = sum(v for pid, v in procs.items() if pid != os.getpid())
+            others = sum(v for pid, v in procs.items() if pid != os.getpid() and pid not in exclude)
             own_context = procs.get(os.getpid(), 0) - torch.cuda.memory_reserved()
             torch.cuda.set_per_process_memory_fraction(max(cap - others - own_context, 0) / total)
             fits = True
             try:
                 model, opt = make(mode, T, clients.get(mode))
-                with PeakSampler(nvml) as peak:
+                with PeakSampler(nvml, exclude=exclude) as peak:
                     train(model, opt, 2, 1, T)
                 fits = peak.peak_sum <= cap
             except torch.cuda.OutOfMemoryError:

@@ -45,7 +45,11 @@ class TestTorchrun(unittest.TestCase):
                f"--max_restarts={restarts}", str(WORKER), str(out), "--device", device, "--optimizer", optimizer,
                "--steps", str(STEPS), "--fail-after", str(fail_after)]
         run_env = dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT), OMP_NUM_THREADS="1", **(env or {}))
-        done = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=300)
+        try:
+            done = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=150)
+        except subprocess.TimeoutExpired as e:  # what the ranks said before they hung (bytes, whatever text=)
+            said, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
+            self.fail(f"torchrun timed out:\n{said[-3000:]}\n{err[-6000:]}")
         self.assertEqual(done.returncode, 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
         lines, digests = {}, {}
         for rank in (0, 1):

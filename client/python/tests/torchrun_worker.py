@@ -19,6 +19,7 @@ attempt, rank 1 exits once every rank has committed step K, for torchrun to
 restart the group.
 """
 import argparse
+import faulthandler
 import hashlib
 import importlib
 import os
@@ -80,6 +81,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fail-after", type=int, default=0)
     args = ap.parse_args()
+    faulthandler.dump_traceback_later(100, exit=True)  # a rank that hangs shows where, and ends its group
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     dist.init_process_group("gloo")

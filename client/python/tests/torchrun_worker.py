@@ -19,6 +19,7 @@ attempt, rank 1 exits once every rank has committed step K, for torchrun to
 restart the group.
 """
 import argparse
+import datetime
 import faulthandler
 import hashlib
 import importlib
@@ -73,6 +74,17 @@ def restore(client, prefix, model, opt):
     return step
 
 
+def init_group(rank, attempt):
+    """The gloo group of this attempt, its rendezvous keys under the attempt's number: after an elastic restart
+    the store still holds the last attempt's addresses, and a rank that reads one before its peer has replaced it
+    connects to a process that is gone (pytorch/pytorch#167288)."""
+    world = int(os.environ["WORLD_SIZE"])
+    host = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"  # else torchrun's agent hosts it
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=host,
+                          timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank, world_size=world)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=pathlib.Path)
@@ -84,7 +96,7 @@ def main():
     faulthandler.dump_traceback_later(100, exit=True)  # a rank that hangs shows where, and ends its group
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo")
+    init_group(rank, attempt)
     # Two ranks on one GPU: both on device 0.
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     model = make_model(device)

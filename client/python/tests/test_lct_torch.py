@@ -115,6 +115,10 @@ class TestCodec(unittest.TestCase):
                 codec.decode([p])
                 codec.verify()
 
+    def test_tensor_not_dense_in_memory_is_refused(self):
+        with self.assertRaisesRegex(LctError, "not dense"):
+            lt.Codec().encode([torch.zeros(1, 4).expand(8, 4)], ["role"])
+
     def test_uncoded_dtype_is_refused(self):
         with self.assertRaises(LctError):
             lt.Codec().encode([torch.arange(10)], ["r"])
@@ -210,6 +214,69 @@ class TestTraining(unittest.TestCase):
             self.assertTrue(same_bits(a, b))
         for k in base_sd:
             self.assertTrue(torch.equal(bits(sd[k]), bits(base_sd[k])), k)
+
+    def test_non_reentrant_checkpoint_inside_the_root(self):
+        """A checkpoint's own saved-tensor hooks stay on top while it recomputes a block in backward."""
+        class CheckpointedNet(Net):
+            def forward(self, idx):
+                x = self.emb(idx)
+                for block in self.blocks:
+                    x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+                return self.head(x)
+
+        def grads(weights):
+            torch.manual_seed(0)
+            model = CheckpointedNet()
+            if weights:
+                lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=1024)
+            idx = torch.randint(0, 97, (4, 33), generator=torch.Generator().manual_seed(1))
+            F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten()).backward()
+            return [p.grad for p in model.parameters()]
+
+        for a, b in zip(grads(True), grads(False)):
+            self.assertTrue(same_bits(a, b))
+
+    def test_a_forward_inside_materialized_keeps_the_update(self):
+        model = Net()
+        params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=1024)
+        w = model.blocks[0].fc.weight
+        with params.materialized():
+            with torch.no_grad():
+                w.fill_(0.5)
+            model(torch.zeros(2, 5, dtype=torch.long))
+            self.assertTrue(bool((w == 0.5).all()), "the forward left the updated values in place")
+        with params.materialized():
+            self.assertTrue(bool((w == 0.5).all()), "the update was encoded on leaving")
+
+    def test_backward_after_the_parameters_changed_is_an_error(self):
+        """As autograd refuses a saved tensor changed in place: the blob no longer holds the forward's values."""
+        model = Net()
+        params = lt.CompressedParameters(model, codec=lt.Codec(), min_bytes=1024)
+        loss = model(torch.zeros(2, 5, dtype=torch.long)).sum()
+        with params.materialized():
+            with torch.no_grad():
+                model.head.weight.mul_(2)
+        with self.assertRaisesRegex(RuntimeError, "changed in place"):
+            loss.backward()
+
+    def test_parameter_sets_of_other_dtypes_share_a_codec(self):
+        codec = lt.Codec()
+        model = Net()
+        copy = Net().to(torch.bfloat16)
+        lt.CompressedParameters(model, codec=codec, min_bytes=1024)
+        held = lt.CompressedParameters(copy, codec=codec, min_bytes=1024)
+        self.assertLess(held.blob_bytes, held.raw_bytes)
+
+    def test_frozen_parameters_are_not_saved_as_activations(self):
+        layer = nn.Linear(512, 512).requires_grad_(False)  # a frozen 1 MiB weight: alive anyway
+        x = torch.randn(4, 512, requires_grad=True)
+        with lt.compressed_activations(codec=lt.Codec(), min_bytes=1024) as acts:
+            y = layer(x).sum()
+        self.assertEqual(acts.tensors, 0)
+        y.backward()
+        grad, x.grad = x.grad, None
+        layer(x).sum().backward()
+        self.assertTrue(same_bits(grad, x.grad))
 
     def test_parameters_are_placeholders_between_uses(self):
         model = Net()

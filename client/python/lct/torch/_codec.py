@@ -111,7 +111,11 @@ class Codec:
         for t, role in zip(tensors, roles):
             if t.dtype not in CODED:
                 raise error(error_code("LCT_EDTYPE"), f"{t.dtype} is not a dtype LCT codes")
-            flat, perm = layout(t)
+            dense = layout(t)
+            if dense is None:
+                raise error(error_code("LCT_EINVAL"), f"a tensor of shape {tuple(t.shape)} and strides {t.stride()} "
+                            "is not dense in memory (make it contiguous first)")
+            flat, perm = dense
             out.append((Packed(t.dtype, tuple(t.shape), perm, flat.numel(), t.device), flat, role))
         cuda = [x for x in out if x[0].device.type == "cuda"]
         for packed, flat, role in out:
@@ -157,7 +161,7 @@ class Codec:
         group, group_bytes = [], 0
         for piece in self._pieces(cuda):
             need = piece[2].numel() * piece[2].element_size()
-            if group and group_bytes + need > self.piece_bytes * 2:
+            if group and (group_bytes + need > self.piece_bytes * 2 or piece[2].device != group[0][2].device):
                 self._submit(group)
                 group, group_bytes = [], 0
             group.append(piece)
@@ -166,6 +170,11 @@ class Codec:
             self._submit(group)
 
     def _submit(self, pieces):
+        """Encodes pieces of one device, on its current stream (its device current: the codec launches there)."""
+        with torch.cuda.device(pieces[0][2].device):
+            self._submit_on_device(pieces)
+
+    def _submit_on_device(self, pieces):
         dev = pieces[0][2].device
         stream = torch.cuda.current_stream(dev)
         codes = [_lib.dtype_code(CODED[flat.dtype]) for _, _, flat, _ in pieces]
@@ -227,9 +236,9 @@ class Codec:
             if not must and not launch.event.query():
                 break
             launch.event.synchronize()
+            self._place(launch)  # first: if it fails (out of memory), the launch stays for a later try
             self._launches.popleft()
             self._inflight -= launch.scratch_bytes
-            self._place(launch)
             if launch is upto:
                 break
 
@@ -346,19 +355,20 @@ class Codec:
         for item in items:
             by_device[item[0].device].append(item)
         for dev, group in by_device.items():
-            stream = torch.cuda.current_stream(dev)
-            # Status words in pinned memory: read once the stream has passed the decode, with no wait.
-            status = torch.zeros(len(group), dtype=torch.int32, pin_memory=True)
-            decode_items = [_lib.DecodeItem(dtype=_lib.dtype_code(CODED[p.dtype]), n_elems=dst.numel(),
-                                            blob=blob.data_ptr(), blob_bytes=blob.numel(), dst=dst.data_ptr(),
-                                            status=status.data_ptr() + 4 * i)
-                            for i, (p, blob, dst) in enumerate(group)]
-            ws_bytes = _lib.cuda_decode_workspace_size(len(decode_items))
-            workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
-            _lib.cuda_decode_batch(decode_items, workspace.data_ptr(), ws_bytes, stream.cuda_stream)
-            done = torch.cuda.Event()
-            done.record(stream)
-            self._decodes.append((done, status))
+            with torch.cuda.device(dev):  # the decoder launches on the current device
+                stream = torch.cuda.current_stream(dev)
+                # Status words in pinned memory: read once the stream has passed the decode, with no wait.
+                status = torch.zeros(len(group), dtype=torch.int32, pin_memory=True)
+                decode_items = [_lib.DecodeItem(dtype=_lib.dtype_code(CODED[p.dtype]), n_elems=dst.numel(),
+                                                blob=blob.data_ptr(), blob_bytes=blob.numel(), dst=dst.data_ptr(),
+                                                status=status.data_ptr() + 4 * i)
+                                for i, (p, blob, dst) in enumerate(group)]
+                ws_bytes = _lib.cuda_decode_workspace_size(len(decode_items))
+                workspace = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
+                _lib.cuda_decode_batch(decode_items, workspace.data_ptr(), ws_bytes, stream.cuda_stream)
+                done = torch.cuda.Event()
+                done.record(stream)
+                self._decodes.append((done, status))
 
     def _check_decodes(self, block):
         """Raises LctError for a finished decode whose blob failed its checks (with block: waits for all)."""

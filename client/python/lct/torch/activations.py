@@ -79,7 +79,7 @@ class compressed_activations(torch.autograd.graph.saved_tensors_hooks):
         if t.numel() * t.element_size() < self.min_bytes:
             return False
         base = t._base if t._base is not None else t
-        if base.is_leaf and base.requires_grad:  # a parameter or a view of one: alive anyway
+        if base.is_leaf and (base.requires_grad or isinstance(base, torch.nn.Parameter)):  # alive anyway (frozen too)
             return False
         return layout(t) is not None
 

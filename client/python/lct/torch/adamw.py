@@ -41,7 +41,7 @@ class CompressedAdamW(torch.optim.Optimizer):
         self.codec = codec or default_codec()
         self.weights, self.master_weights = weights, master_weights
         self.scratch_bytes, self.min_bytes = scratch_bytes, min_bytes
-        self._index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        self._index = {}  # id(parameter) -> its number in the order first stepped
 
     def _has_master(self, p):
         return self.master_weights and p.dtype != torch.float32
@@ -108,7 +108,8 @@ class CompressedAdamW(torch.optim.Optimizer):
 
         todo = [(p, s, k) for p, s in zip(params, states) for k in _STATES
                 if k in s and self._compressed(s[k])]
-        roles = [(k, self._index[id(p)]) for p, _, k in todo]
+        # A role per state of each parameter (and its dtype: codecs may be shared by optimizers).
+        roles = [(k, self._index.setdefault(id(p), len(self._index)), str(s[k].dtype)) for p, s, k in todo]
         for (p, s, k), packed in zip(todo, self.codec.encode([s[k] for _, s, k in todo], roles)):
             s[k] = packed
         if self.weights is not None:

@@ -24,6 +24,13 @@ static void start(const char *slack) { start_idle(slack, "2s"); }
 static uint64_t held(lct_client *c) { return test_metric(c, "lct_pool_held_bytes "); }
 static uint64_t stored(lct_client *c) { return test_metric(c, "lct_stored_bytes "); }
 
+/* Puts "tiny", one f32 into an empty pool: what lctd then holds is one granule, which it returns. */
+static uint64_t put_tiny(lct_client *c) {
+  float one = 1.0f;
+  test_put_ok(c, "tiny", LCT_DTYPE_F32, &one, sizeof one, NULL);
+  return held(c);
+}
+
 static uint64_t device_free(void) {
   size_t f, t;
   CUDA_CHECK(cudaMemGetInfo(&f, &t));
@@ -69,9 +76,7 @@ Test(held, follows_puts_and_deletes, .fini = stop) {
   delete_all(c, 0, N);
   cr_assert_eq(held(c), 0, "a delete gives everything back with no slack");
   const uint64_t free0 = device_free();
-  float one = 1.0f;
-  test_put_ok(c, "tiny", LCT_DTYPE_F32, &one, sizeof one, NULL);
-  const uint64_t G = held(c);
+  const uint64_t G = put_tiny(c);
   cr_assert(G >= 4096 && (G & (G - 1)) == 0, "one granule for a 4-byte tensor: %llu", (unsigned long long)G);
   put_all(c, 0, N, 100);
   held_packed(c, G, "after the puts");
@@ -100,9 +105,7 @@ Test(held, the_slack_bounds_what_stays, .fini = stop) {
   NEED_GPU();
   start("32M");
   lct_client *c = test_connect(lctd.ipc);
-  float one = 1.0f;
-  test_put_ok(c, "tiny", LCT_DTYPE_F32, &one, sizeof one, NULL);
-  const uint64_t G = held(c);
+  const uint64_t G = put_tiny(c);
   cr_assert_eq(lct_delete(c, "tiny"), 0);
   cr_assert_eq(held(c), G, "one empty granule, within the slack, stays mapped");
   put_all(c, 0, N, 7);
@@ -120,9 +123,7 @@ Test(held, device_puts_and_gets, .fini = stop) {
   NEED_GPU();
   start("0");
   lct_client *c = test_connect(lctd.ipc);
-  float one = 1.0f;
-  test_put_ok(c, "tiny", LCT_DTYPE_F32, &one, sizeof one, NULL);
-  const uint64_t G = held(c);
+  const uint64_t G = put_tiny(c);
   uint8_t *host = test_bf16_data(5, BYTES / 2), *back = malloc(BYTES);
   void *src, *dst;
   CUDA_CHECK(cudaMalloc(&src, BYTES));

@@ -1,5 +1,6 @@
-"""gpt.py — the GPT of the trainer benchmarks: train_offload.py and train_compressed.py train it;
-optim_step.py and device_put.py move optimizer states of its parameters' shapes."""
+"""gpt.py — the GPT of the trainer benchmarks: train_offload.py, train_remote.py and train_compressed.py train it
+(the first two with the arguments and batches below); optim_step.py and device_put.py move optimizer states of its
+parameters' shapes."""
 import glob
 import os
 
@@ -8,6 +9,26 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB = 256  # bytes
+
+
+def add_trainer_args(ap):
+    """The arguments of a benchmark that trains this GPT beside an lctd: the binary, where results go, the shape."""
+    ap.add_argument("--lctd", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--embd", type=int, default=1024)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=8, help="sequences per (micro-)batch")
+    ap.add_argument("--block", type=int, default=512)
+
+
+def batches(data, n, batch, block):
+    """n (inputs, targets) pairs of batch windows of block tokens from data (1-D), at the same seeded places in
+    every run; the targets are the inputs shifted by one token."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(n):
+        ix = torch.randint(len(data) - block - 1, (batch,), generator=g).tolist()
+        yield (torch.stack([data[i:i + block] for i in ix]), torch.stack([data[i + 1:i + block + 1] for i in ix]))
 
 
 def corpus(limit=32 << 20):

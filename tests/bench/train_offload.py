@@ -33,17 +33,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path)
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
-from gpt import GPT, corpus  # noqa: E402
+from gpt import GPT, add_trainer_args, batches, corpus  # noqa: E402
 from gpu_memory import Nvml, PeakSampler  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--lctd", required=True)
-ap.add_argument("--out", default=".")
-ap.add_argument("--layers", type=int, default=12)
-ap.add_argument("--embd", type=int, default=1024)
-ap.add_argument("--heads", type=int, default=16)
-ap.add_argument("--batch", type=int, default=8)
-ap.add_argument("--block", type=int, default=512)
+add_trainer_args(ap)
 ap.add_argument("--steps", type=int, default=80)
 ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed modes")
 ap.add_argument("--scratch-mib", type=int, default=2048,
@@ -77,13 +71,6 @@ def make(mode, block, client=None, prefix=""):
     return model, opt
 
 
-def batches(n, batch, block):
-    g = torch.Generator().manual_seed(1)
-    for _ in range(n):
-        ix = torch.randint(len(data) - block - 1, (batch,), generator=g).tolist()
-        yield (torch.stack([data[i:i + block] for i in ix]), torch.stack([data[i + 1:i + block + 1] for i in ix]))
-
-
 def step(model, opt, x, y, flush=False):
     """One training step: its loss, its time and its optimizer step's time (the
     part the offload changes). flush: an offloaded step also waits until its
@@ -108,7 +95,7 @@ def train(model, opt, n, batch, block, after_first=None):
     """Losses, step times and optimizer-step times; after_first, if given, is
     called after the first step (which builds every codebook)."""
     losses, times, opt_times = [], [], []
-    for x, y in batches(n, batch, block):
+    for x, y in batches(data, n, batch, block):
         if len(losses) == 1 and after_first is not None:
             after_first()
         loss, t, t_opt = step(model, opt, x, y, flush=len(losses) == n - 1)
@@ -128,7 +115,7 @@ def interleaved(modes, clients, block=4):
     left out."""
     runs = {m: make(m, a.block, clients.get(m), prefix="interleaved/") for m in modes}
     times = {m: ([], []) for m in modes}
-    feed = list(batches(a.steps, a.batch, a.block))
+    feed = list(batches(data, a.steps, a.batch, a.block))
     for r, start in enumerate(range(0, len(feed), block)):
         end = min(start + block, len(feed))
         for m in modes[r % len(modes):] + modes[:r % len(modes)]:

@@ -29,16 +29,10 @@ from lctd_helper import Lctd  # noqa: E402  (it puts the lct package on the path
 import lct  # noqa: E402
 from lct.torch import Codec, wire  # noqa: E402
 from lct.torch.adamw import _fused_adamw  # noqa: E402
-from gpt import GPT, corpus  # noqa: E402
+from gpt import GPT, add_trainer_args, batches, corpus  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--lctd", required=True)
-ap.add_argument("--out", default=".")
-ap.add_argument("--layers", type=int, default=12)
-ap.add_argument("--embd", type=int, default=1024)
-ap.add_argument("--heads", type=int, default=16)
-ap.add_argument("--batch", type=int, default=8, help="sequences per micro-batch")
-ap.add_argument("--block", type=int, default=512)
+add_trainer_args(ap)
 ap.add_argument("--tokens", type=int, default=256 << 10, help="tokens per optimizer step (at least)")
 ap.add_argument("--steps", type=int, default=6, help="optimizer steps per mode (the first is not timed)")
 ap.add_argument("--connections", type=int, default=4, help="lanes of each connection to lctd")
@@ -52,13 +46,6 @@ MICRO = -(-a.tokens // (a.batch * a.block))  # micro-batches per optimizer step
 
 text = corpus()
 data = torch.frombuffer(bytearray(text), dtype=torch.uint8).to(dev).long()
-
-
-def micro_batches(n):
-    g = torch.Generator().manual_seed(1)
-    for _ in range(n):
-        ix = torch.randint(len(data) - a.block - 1, (a.batch,), generator=g).tolist()
-        yield (torch.stack([data[i:i + a.block] for i in ix]), torch.stack([data[i + 1:i + a.block + 1] for i in ix]))
 
 
 def make():
@@ -136,7 +123,7 @@ def train(mode, endpoint=None):
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, fused=True) \
         if mode == "resident" else Remote(params, endpoint)
-    feed = micro_batches(MICRO * a.steps)
+    feed = batches(data, MICRO * a.steps, a.batch, a.block)
     losses, times = [], []
     for _ in range(a.steps):
         torch.cuda.synchronize()

@@ -517,12 +517,17 @@ int lct__collect(lct_client *c, const uint32_t *ids, size_t n, size_t *which, lc
   if (rc != 0)
     return lost ? lct__fail(c, rc, "the connection to lctd broke with requests in flight: they may or may not "
                             "have run") : rc;
-  if ((rc = lct__reply_take(c, msg, len, out)) != 0)
+  /* A reply that cannot be read, or from another lctd, ends the exchange: the others of ids are
+   * abandoned with it, so that no lane stays busy with a request nobody collects. */
+  if ((rc = lct__reply_take(c, msg, len, out)) != 0) {
+    lct__abandon(c, ids, n);
     return rc;
+  }
   if (out->hdr->has_instance && out->hdr->instance != c->instance) {
     uint64_t was = c->instance;
     c->instance = out->hdr->instance;
     lct__reply_free(out);
+    lct__abandon(c, ids, n);
     return lct__fail(c, LCT_ERESTARTED, "lctd restarted (instance %016" PRIx64 ", before %016" PRIx64 ") while "
                      "requests were in flight", c->instance, was);
   }
@@ -572,7 +577,7 @@ void lct_options_init_sized(lct_options *o, size_t size) {
 
 /* Reads the caller's options, of whatever liblct's header it was built with:
  * fields it lacks keep their defaults, fields this liblct lacks must be 0. */
-static int lct__options_read(const lct_options *opts, lct_options *o) {
+int lct__options_read(const lct_options *opts, lct_options *o) {
   lct_options_init(o);
   if (opts == NULL)
     return 0;
@@ -704,7 +709,9 @@ int lct_ping(lct_client *c, lct_server_info *info) {
     lct__reply_free(&r);
     return lct__fail(c, LCT_EPROTO, "ping reply without server info");
   }
-  c->segment_bytes = si->has_segment_bytes ? si->segment_bytes : 0;
+  /* lctd's segment size, as its configuration bounds it (else the client treats it as taking no blobs). */
+  uint64_t seg = si->has_segment_bytes ? si->segment_bytes : 0;
+  c->segment_bytes = seg % (64 << 10) == 0 && seg <= LCT_FRAME_MAX ? seg : 0;
   if (info != NULL) {
     memset(info, 0, sizeof *info);
     snprintf(info->server, sizeof info->server, "%s", si->server);

@@ -109,6 +109,10 @@ int lct__fail(lct_client *c, int rc, const char *fmt, ...) __attribute__((format
  * message in c->err. */
 int lct__call(lct_client *c, Lctpb__Request *rq, const void *payload, size_t plen, lct__reply *out);
 
+/* opts as lct_connect reads them into o (defaults for fields the caller's liblct lacked): 0, or
+ * LCT_EINVAL when opts was not set up by lct_options_init or sets fields this liblct lacks. */
+int lct__options_read(const lct_options *opts, lct_options *o);
+
 /* Pipelined requests, after a lct__call has authenticated the first lane and
  * met its lctd: lct__post sends one (header plus optional payload, which
  * nanomsg copies: it may be reused at once) under a new id on a lane with

@@ -147,6 +147,17 @@ static int lct__batch_post(lct_client *c, lct__window *w, lct__batch *b, lct_job
   return rc;
 }
 
+/* Takes every reply still in the window; a job whose request left it without
+ * one (a lost connection empties the window) fails with the loss. */
+static void lct__batch_end(lct_client *c, lct__window *w, lct__batch *b) {
+  int rc = lct__window_drain(c, w, lct__batch_take, b);
+  for (size_t i = 0; i < sizeof b->slots / sizeof *b->slots; i++)
+    if (b->slots[i] != NULL && w->ids[i] == 0) {
+      lct__job_finish(b->slots[i], rc != 0 ? rc : LCT_ECONN, 0, c->err);
+      b->slots[i] = NULL;
+    }
+}
+
 /* Runs head j and the small host jobs queued behind it with requests in
  * flight together. Called and returns with q->mu held. */
 static void lct__jobs_batch(lct_client *c, lct_job *j) {
@@ -158,12 +169,16 @@ static void lct__jobs_batch(lct_client *c, lct_job *j) {
   for (;;) {
     pthread_mutex_unlock(&q->mu);
     /* A connection not yet met (or broken since) goes through lct__call first: its
-     * authentication and restart checks. */
+     * authentication and restart checks, on a lane the window must no longer use. */
+    if (!pipelined)
+      lct__batch_end(c, &w, &b);
     int rc = pipelined ? lct__batch_post(c, &w, &b, j)
                        : j->kind == LCT__JOB_PUT ? lct_put(c, j->key, j->dtype, j->shape, j->ndim, j->data, j->bytes, j->info)
                                                  : lct_get(c, j->key, j->buf, j->bytes, j->info);
     if (!pipelined || rc != 0)
       lct__job_finish(j, rc, 0, rc != 0 ? c->err : "");
+    if (pipelined && rc != 0) /* a lost connection took the window's requests with it */
+      lct__batch_end(c, &w, &b);
     pipelined = lct__pipeline_ready(c);
     pthread_mutex_lock(&q->mu);
     j = q->head;
@@ -174,11 +189,7 @@ static void lct__jobs_batch(lct_client *c, lct_job *j) {
       q->tail = NULL;
   }
   pthread_mutex_unlock(&q->mu);
-  int rc = lct__window_drain(c, &w, lct__batch_take, &b);
-  /* A lost connection fails every job still in flight. */
-  for (size_t i = 0; rc != 0 && i < sizeof b.slots / sizeof *b.slots; i++)
-    if (b.slots[i] != NULL)
-      lct__job_finish(b.slots[i], rc, 0, c->err);
+  lct__batch_end(c, &w, &b);
   pthread_mutex_lock(&q->mu);
 }
 

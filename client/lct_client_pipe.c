@@ -317,16 +317,14 @@ static int lct__blob_take(void *arg, size_t slot, lct__reply *r) {
 
 int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, lct_tensor_info *info) {
   Lctpb__Request rq = LCTPB__REQUEST__INIT;
-  size_t klen = key != NULL ? strlen(key) : 0;
   if (blobs == NULL || len == NULL || info == NULL)
     return lct__fail(c, LCT_EINVAL, "no output pointer");
-  if (lct_wire_key_check((const uint8_t *)key, klen) != 0)
-    return lct__fail(c, LCT_ENAMETOOLONG, "key must be 1..%d bytes", LCT_KEY_MAX);
+  int rc = lct__key_of(c, key, &rq);
+  if (rc != 0)
+    return rc;
   if (c->segment_bytes == 0)
     return lct__fail(c, LCT_EOP, "this lctd sends no encoded tensors (it is older)");
   rq.op = LCTPB__OP__OP_GET;
-  rq.has_key = 1;
-  rq.key = (ProtobufCBinaryData){klen, (uint8_t *)key};
   rq.has_encoded = rq.encoded = 1;
   rq.has_offset = 1;
   /* The first reply: whole segments within 63/64 of a frame of raw bytes, which their blobs' headers
@@ -334,7 +332,7 @@ int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, l
   rq.has_length = 1;
   rq.length = c->frame - c->frame / 64;
   lct__reply first;
-  int rc = lct__call(c, &rq, NULL, 0, &first);
+  rc = lct__call(c, &rq, NULL, 0, &first);
   if (rc != 0)
     return rc;
   const Lctpb__TensorMeta *m = first.hdr->meta;
@@ -350,7 +348,8 @@ int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, l
     memcpy(&seg, first.payload + 8, sizeof seg); /* the first blob's n_elems */
     seg = esize != 0 && seg <= UINT64_MAX / esize ? seg * esize : 0;
   }
-  if (rest > 0 && (seg == 0 || esize == 0 || first.hdr->length % seg != 0)) {
+  /* The layout lct.h promises: whole segments, multiples of 64 KiB of at most lctd's segment size. */
+  if (rest > 0 && (seg == 0 || seg % (64 << 10) != 0 || seg > c->segment_bytes || first.hdr->length % seg != 0)) {
     lct__reply_free(&first);
     return lct__fail(c, LCT_EPROTO, "reply does not match the encoded get");
   }

@@ -80,17 +80,8 @@ static int lct__set_parse(lct_client_set *s, const char *list) {
 int lct_client_set_open(const lct_options *opts, const char *endpoints, lct_client_set **out) {
   *out = NULL;
   lct_options o;
-  lct_options_init(&o);
-  if (opts != NULL) {
-    /* As lct_connect reads them: fields this liblct lacks must be 0. */
-    if (opts->size < offsetof(lct_options, auth_token_file) + sizeof(const char *))
-      return LCT_EINVAL;
-    for (size_t i = sizeof o; i < opts->size; i++)
-      if (((const uint8_t *)opts)[i] != 0)
-        return LCT_EINVAL;
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    o.size = sizeof o;
-  }
+  if (lct__options_read(opts, &o) != 0)
+    return LCT_EINVAL;
   const char *list = endpoints;
   if (list == NULL || *list == '\0')
     list = o.endpoint;
@@ -186,8 +177,7 @@ int lct_client_set_client(lct_client_set *s, size_t i, lct_client **out) { retur
 
 int lct_client_set_for_key(lct_client_set *s, const char *key, lct_client **out) {
   *out = NULL;
-  size_t len = key != NULL ? strlen(key) : 0;
-  if (len == 0 || len > LCT_KEY_MAX)
+  if (lct_wire_key_check((const uint8_t *)key, key != NULL ? strlen(key) : 0) != 0)
     return lct__set_fail(s, LCT_ENAMETOOLONG, "key must be 1..%d bytes", LCT_KEY_MAX);
   return lct__set_connect(s, lct_client_set_place(s, key), key, out);
 }

@@ -260,6 +260,16 @@ void lct__op_put_chunk(lct__request *rq) {
                      off, p->decl.raw_bytes);
     return;
   }
+  /* A shared put's chunks come in any order, each once: with no overlap, the received bytes cover the
+   * tensor exactly once they add up to it. */
+  for (size_t i = 0; p->shared && i < p->n_pieces; i++) {
+    const lct__piece *q = &p->pieces[i];
+    if (off < q->offset + q->raw_len && q->offset < off + raw_len) {
+      lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 " overlaps the one received at %" PRIu64, off,
+                       q->offset);
+      return;
+    }
+  }
   if (len > 0) {
     /* The put keeps the message: no copy of the payload. */
     size_t msg_bytes = LCT_WIRE_PREFIX_BYTES + rq->frame.header_len + len;
@@ -333,18 +343,8 @@ void lct__op_put_commit(lct__request *rq) {
                      p->received, p->decl.raw_bytes);
     return;
   }
-  if (p->shared) {
+  if (p->shared) /* complete and without overlaps (chunk by chunk): in order, they tile the tensor */
     qsort(p->pieces, p->n_pieces, sizeof *p->pieces, lct__piece_order);
-    for (size_t i = 0; i + 1 < p->n_pieces && !p->encoded; i++) {
-      uint64_t end = p->pieces[i].offset + p->pieces[i].len;
-      if (end != p->pieces[i + 1].offset) {
-        int gap = p->pieces[i + 1].offset > end;
-        lct__reply_error(rq, gap ? LCT_ESIZE : LCT_EINVAL, "chunks %s at offset %" PRIu64,
-                         gap ? "leave a gap" : "overlap", gap ? end : p->pieces[i + 1].offset);
-        return;
-      }
-    }
-  }
   if (!p->encoded && !lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 1))
     return;
   lct__staging_take(rq->srv->staging, p);

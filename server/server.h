@@ -53,6 +53,7 @@ typedef struct lct__piece {
   const uint8_t *bytes; /* the payload within it */
   uint64_t offset;      /* where it goes in the tensor */
   size_t len;
+  uint64_t raw_len;     /* the tensor's bytes it holds: len, or what its blobs decode to */
 } lct__piece;
 
 /* The raw bytes a put encodes, in host memory: one contiguous buffer, or

@@ -166,7 +166,7 @@ int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_by
     p->pieces = pieces;
     p->cap_pieces = cap;
   }
-  p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, offset, len};
+  p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, offset, len, raw_len};
   p->received += raw_len;
   p->framing += framing;
   stats->staging_bytes += framing;

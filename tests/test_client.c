@@ -596,8 +596,8 @@ Test(client, chunked_put_protocol_errors, .init = start_small_frames, .fini = st
   lct_close(c);
 }
 
-/* Begins a chunked put of bytes raw bytes of key over r; returns its id. */
-static uint64_t raw_begin(raw_conn *r, const char *key, uint64_t *shape) {
+/* Begins a chunked put of bytes raw bytes of key over r (shared: its chunks in any order); returns its id. */
+static uint64_t raw_begin(raw_conn *r, const char *key, uint64_t *shape, int shared) {
   Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
   m.has_dtype = 1;
   m.dtype = LCT_DTYPE_RAW;
@@ -607,6 +607,7 @@ static uint64_t raw_begin(raw_conn *r, const char *key, uint64_t *shape) {
   b.op = LCTPB__OP__OP_PUT_BEGIN;
   raw_key(&b, key);
   b.meta = &m;
+  b.has_shared = b.shared = shared;
   Lctpb__Reply *rp;
   cr_assert_eq(raw_call(r, &b, NULL, 0, &rp), 0, "put-begin of %s", key);
   cr_assert(rp->has_put_id);
@@ -625,6 +626,30 @@ static Lctpb__Request put_op(uint32_t op, uint64_t id) {
   return rq;
 }
 
+/* A shared put takes its chunks in any order but each part once: a chunk over one received is refused, and
+ * the put still completes with the part missing. */
+Test(client, shared_put_refuses_overlapping_chunks, .init = start_default, .fini = stop) {
+  raw_conn r = raw_open(daemon_.ipc);
+  uint8_t data[1000];
+  for (size_t i = 0; i < sizeof data; i++)
+    data[i] = (uint8_t)(i * 7);
+  uint64_t shape[1] = {sizeof data}, id = raw_begin(&r, "shared", shape, 1);
+  const uint64_t offsets[] = {500, 500, 250, 0};
+  const uint32_t want[] = {0, (uint32_t)-LCT_EINVAL, (uint32_t)-LCT_EINVAL, 0};
+  for (size_t i = 0; i < 4; i++) {
+    Lctpb__Request k = put_op(LCTPB__OP__OP_PUT_CHUNK, id);
+    k.offset = offsets[i];
+    cr_assert_eq(raw_call(&r, &k, data + offsets[i], 500, NULL), want[i], "chunk %zu at %llu", i,
+                 (unsigned long long)offsets[i]);
+  }
+  Lctpb__Request cm = put_op(LCTPB__OP__OP_PUT_COMMIT, id);
+  cr_assert_eq(raw_call(&r, &cm, NULL, 0, NULL), 0, "the put completes");
+  nn_close(r.sock);
+  lct_client *c = test_connect(daemon_.ipc);
+  test_get_equals(c, "shared", data, sizeof data);
+  lct_close(c);
+}
+
 Test(client, put_ids_unguessable_and_owned, .init = start_default, .fini = stop) {
   raw_conn owner = raw_open(daemon_.ipc), other = raw_open(daemon_.ipc), remote = raw_open(daemon_.tcp);
   uint8_t data[1000];
@@ -633,7 +658,7 @@ Test(client, put_ids_unguessable_and_owned, .init = start_default, .fini = stop)
   char key[16];
   for (int i = 0; i < 8; i++) {
     snprintf(key, sizeof key, "owned%d", i);
-    ids[i] = raw_begin(&owner, key, shape);
+    ids[i] = raw_begin(&owner, key, shape, 0);
     for (int j = 0; j < i; j++) {
       uint64_t d = ids[i] > ids[j] ? ids[i] - ids[j] : ids[j] - ids[i];
       cr_assert_gt(d, UINT64_C(1) << 32, "put ids %016" PRIx64 " and %016" PRIx64 " are close: guessable", ids[j],

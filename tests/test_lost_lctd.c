@@ -262,3 +262,28 @@ Test(lost_lctd, save_outlives_timeout, .init = start_persisting, .fini = stop) {
   kill(daemon_.pid, SIGCONT);
   lct_close(c);
 }
+
+/* Small jobs queued together when lctd dies under them: each ends with an error, none waits for good
+ * (the second meets the loss while the first is in flight, so the first's request leaves the window
+ * without a reply). */
+Test(lost_lctd, queued_jobs_end_when_lctd_dies, .init = start_persisting, .fini = stop) {
+  lct_client *c = connect_to(daemon_.tcp, 3000);
+  float v[256] = {0};
+  uint64_t shape[1] = {256};
+  test_put_ok(c, "met", LCT_DTYPE_F32, v, sizeof v, NULL); /* the lane is met: the jobs go out together */
+  kill(daemon_.pid, SIGSTOP);
+  enum { JOBS = 4 };
+  lct_job *jobs[JOBS];
+  for (int i = 0; i < JOBS; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "job%d", i);
+    cr_assert_eq(lct_submit_put(c, key, LCT_DTYPE_F32, shape, 1, v, sizeof v, NULL, NULL, &jobs[i]), 0);
+  }
+  usleep(200 * 1000); /* the first is in flight, the second waits for its reply */
+  test_lctd_kill(&daemon_);
+  for (int i = 0; i < JOBS; i++) {
+    cr_assert_neq(lct_job_wait(jobs[i], NULL), 0, "job %d ended without an error", i);
+    lct_job_free(jobs[i]);
+  }
+  lct_close(c);
+}

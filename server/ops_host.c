@@ -27,21 +27,13 @@ static int lct__put_check_or_reply(lct__request *rq, lct_put_decl *d) {
   return rc == 0;
 }
 
-/* Counts a host put of key, shaped by d, against the sender's quota (hold:
- * while the request lasts; else only checked); replies itself on failure. */
-static int lct__quota_or_reply(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d, int hold) {
+/* Counts a host put of key, shaped by d and laid out in segments of seg (0: as lctd lays out its own),
+ * against the sender's quota (hold: while the request lasts; else only checked); replies itself on failure. */
+static int lct__quota_or_reply(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d, uint64_t seg,
+                               int hold) {
   char why[256];
-  int rc = lct__quota_check(rq, key, len, d, lct__segment_bytes(rq->srv, d->raw_bytes), hold, why, sizeof why);
-  if (rc != 0)
-    lct__reply_error(rq, rc, "%s", why);
-  return rc == 0;
-}
-
-/* As lct__quota_or_reply, held, for a put laid out in segments of seg. */
-static int lct__quota_check_or_reply(lct__request *rq, const uint8_t *key, size_t len, const lct_put_decl *d,
-                                     uint64_t seg) {
-  char why[256];
-  int rc = lct__quota_check(rq, key, len, d, seg, 1, why, sizeof why);
+  seg = seg != 0 ? seg : lct__segment_bytes(rq->srv, d->raw_bytes);
+  int rc = lct__quota_check(rq, key, len, d, seg, hold, why, sizeof why);
   if (rc != 0)
     lct__reply_error(rq, rc, "%s", why);
   return rc == 0;
@@ -67,17 +59,24 @@ static void lct__put_done(void *arg, int rc, const char *why, const lct__entry *
   lct__reply_meta(rq, e);
 }
 
+/* Replies to a put of d, laid out in segments of seg, that could not start (rc): on LCT_ENOSPC, why the
+ * pool has no room for it; else that starting what failed. */
+static void lct__start_failed(lct__request *rq, int rc, const lct_put_decl *d, uint64_t seg, const char *what) {
+  if (rc != LCT_ENOSPC) {
+    lct__reply_error(rq, rc, "cannot start the %s", what);
+    return;
+  }
+  char why[256] = "";
+  int room = lct__pool_room(rq->srv, d, seg, why, sizeof why);
+  lct__reply_error(rq, room != 0 ? room : rc, "%s", why);
+}
+
 /* Starts the encode of a complete tensor; replies itself on failure. */
 static void lct__put_begin_encode(lct__request *rq, const uint8_t *key, size_t key_len,
                                   const lct_put_decl *d, const lct__put_src *src) {
-  lct__server *srv = rq->srv;
-  int rc = lct__put_start(srv, key, key_len, d, src, lct__put_done, rq);
-  if (rc == LCT_ENOSPC) {
-    char why[256];
-    int room = lct__pool_room(srv, d, lct__segment_bytes(srv, d->raw_bytes), why, sizeof why);
-    lct__reply_error(rq, room != 0 ? room : rc, "%s", why);
-  } else if (rc != 0)
-    lct__reply_error(rq, rc, "cannot start the encode");
+  int rc = lct__put_start(rq->srv, key, key_len, d, src, lct__put_done, rq);
+  if (rc != 0)
+    lct__start_failed(rq, rc, d, lct__segment_bytes(rq->srv, d->raw_bytes), "encode");
 }
 
 /* Whether the request asks for the encoded form. */
@@ -87,16 +86,11 @@ static int lct__encoded(const lct__request *rq) { return rq->hdr->has_encoded &&
  * the segment size they are laid out in. */
 static void lct__put_begin_accept(lct__request *rq, const uint8_t *key, size_t key_len, const lct_put_decl *d,
                                   uint64_t seg, const lct__blob_ref *refs, size_t n) {
-  lct__server *srv = rq->srv;
-  if (!lct__quota_check_or_reply(rq, key, key_len, d, seg))
+  if (!lct__quota_or_reply(rq, key, key_len, d, seg, 1))
     return;
-  int rc = lct__accept_start(srv, key, key_len, d, refs, n, lct__put_done, rq);
-  if (rc == LCT_ENOSPC) {
-    char why[256];
-    int room = lct__pool_room(srv, d, seg, why, sizeof why);
-    lct__reply_error(rq, room != 0 ? room : rc, "%s", why);
-  } else if (rc != 0)
-    lct__reply_error(rq, rc, "cannot start the validation");
+  int rc = lct__accept_start(rq->srv, key, key_len, d, refs, n, lct__put_done, rq);
+  if (rc != 0)
+    lct__start_failed(rq, rc, d, seg, "validation");
 }
 
 /* The most blobs a tensor laid out by lay can have: one per 64 KiB, and one
@@ -160,7 +154,7 @@ void lct__op_put(lct__request *rq) {
                      "; use a chunked put", d.raw_bytes, rq->srv->cfg.frame_size);
     return;
   }
-  if (!lct__quota_or_reply(rq, rq->hdr->key.data, rq->hdr->key.len, &d, 1))
+  if (!lct__quota_or_reply(rq, rq->hdr->key.data, rq->hdr->key.len, &d, 0, 1))
     return;
   lct__put_src src = {rq->frame.payload, NULL, 0};
   lct__put_begin_encode(rq, rq->hdr->key.data, rq->hdr->key.len, &d, &src);
@@ -175,7 +169,11 @@ void lct__op_put_begin(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "put-begin carries no payload; send it in put-chunk");
     return;
   }
-  if (!lct__quota_or_reply(rq, rq->hdr->key.data, rq->hdr->key.len, &d, 0))
+  if (lct__encoded(rq) && !d.has_checksum) {
+    lct__reply_error(rq, LCT_EINVAL, "an encoded put declares the checksum of the raw tensor");
+    return;
+  }
+  if (!lct__quota_or_reply(rq, rq->hdr->key.data, rq->hdr->key.len, &d, 0, 0))
     return;
   char why[256];
   int rc = lct__pool_room(srv, &d, lct__segment_bytes(srv, d.raw_bytes), why, sizeof why);
@@ -198,12 +196,6 @@ void lct__op_put_begin(lct__request *rq) {
   }
   p->encoded = lct__encoded(rq);
   p->shared = rq->hdr->has_shared && rq->hdr->shared;
-  if (p->encoded && !d.has_checksum) {
-    lct__staging_take(srv->staging, p);
-    lct__staging_release(srv->staging, p);
-    lct__reply_error(rq, LCT_EINVAL, "an encoded put declares the checksum of the raw tensor");
-    return;
-  }
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.has_put_id = 1;
   rp.put_id = p->id;
@@ -345,7 +337,7 @@ void lct__op_put_commit(lct__request *rq) {
   }
   if (p->shared) /* complete and without overlaps (chunk by chunk): in order, they tile the tensor */
     qsort(p->pieces, p->n_pieces, sizeof *p->pieces, lct__piece_order);
-  if (!p->encoded && !lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 1))
+  if (!p->encoded && !lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 0, 1))
     return;
   lct__staging_take(rq->srv->staging, p);
   rq->op_state = p; /* released when the encode ends, or with the request */
@@ -401,7 +393,7 @@ static void lct__op_get_encoded(lct__request *rq, lct__entry *e, uint64_t off) {
   lct__server *srv = rq->srv;
   const Lctpb__Request *h = rq->hdr;
   uint64_t stride = e->segments[0].raw_bytes; /* every segment but the last holds as many */
-  size_t first = off == e->raw_bytes && e->raw_bytes > 0 ? e->n_segments : stride ? (size_t)(off / stride) : 0;
+  size_t first = stride ? (size_t)(off / stride) : 0;
   if ((stride != 0 && off % stride != 0) || (stride == 0 && off != 0)) {
     lct__reply_error(rq, LCT_EINVAL, "offset %" PRIu64 " is not where a segment starts (every %" PRIu64 " bytes)",
                      off, stride);

@@ -274,10 +274,10 @@ Test(lost_lctd, queued_jobs_end_when_lctd_dies, .init = start_persisting, .fini 
   kill(daemon_.pid, SIGSTOP);
   enum { JOBS = 4 };
   lct_job *jobs[JOBS];
+  char keys[JOBS][16]; /* a job reads its key until it ends */
   for (int i = 0; i < JOBS; i++) {
-    char key[16];
-    snprintf(key, sizeof key, "job%d", i);
-    cr_assert_eq(lct_submit_put(c, key, LCT_DTYPE_F32, shape, 1, v, sizeof v, NULL, NULL, &jobs[i]), 0);
+    snprintf(keys[i], sizeof keys[i], "job%d", i);
+    cr_assert_eq(lct_submit_put(c, keys[i], LCT_DTYPE_F32, shape, 1, v, sizeof v, NULL, NULL, &jobs[i]), 0);
   }
   usleep(200 * 1000); /* the first is in flight, the second waits for its reply */
   test_lctd_kill(&daemon_);

@@ -25,10 +25,14 @@
 #define LCT__BATCH_ENCODE_WORK (8u << 20) /* encode workspace of a group: 16 bytes per chunk */
 #define LCT__BATCH_HISTS 256 /* tensors whose histograms one wait of a batch collects */
 #define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
+#define LCT__STAGE_PIECE (256u << 10) /* a host put's or get's bytes cross to the GPU in pieces of this size */
 
 /* What one codec worker uses for host puts and gets, created at open so
  * that nothing on the request path allocates: a stream, device memory for one
- * segment's raw bytes, codec workspace, and words for results. */
+ * segment's raw bytes, codec workspace, words for results, and (pinned
+ * staging) two pinned pieces that a segment's raw bytes cross the bus
+ * through: the worker copies one piece between the request's message and
+ * pinned memory while the DMA engine moves the other. */
 typedef struct lct__cuda_worker {
   cudaStream_t stream;
   void *raw;         /* device, segment_max bytes */
@@ -36,6 +40,8 @@ typedef struct lct__cuda_worker {
   size_t work_bytes;
   uint64_t *bits;    /* device: the code bits the encoder adds up (device atomics, not a bus crossing each) */
   uint64_t *pinned;  /* pinned host: [0] blob bytes, [1] decode status, [2] code bits */
+  void *stage[2];    /* pinned host, LCT__STAGE_PIECE bytes each; NULL: the driver stages pageable copies */
+  cudaEvent_t staged[2]; /* the last DMA to or from stage[i] */
   lct_cuda_codebook *dcb; /* device copy of the codebook last used, and its source */
   lct_codebook hcb;
 } lct__cuda_worker;
@@ -404,12 +410,60 @@ static int lct__queue_end(cudaStream_t stream, int rc) {
   return rc;
 }
 
+/* Queues the copy of bytes from the host message src to dev on w's stream;
+ * src may be reused once the call returns. */
+static int lct__stage_in(lct__cuda_worker *w, void *dev, const void *src, size_t bytes) {
+  if (w->stage[0] == NULL) {
+    LCT__CUDA_LOGGED(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, w->stream));
+    return 0;
+  }
+  for (size_t off = 0, i = 0; off < bytes; off += LCT__STAGE_PIECE, i ^= 1) {
+    size_t len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
+    LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[i])); /* the piece's last DMA has read it */
+    memcpy(w->stage[i], (const char *)src + off, len);
+    LCT__CUDA_LOGGED(cudaMemcpyAsync((char *)dev + off, w->stage[i], len, cudaMemcpyHostToDevice, w->stream));
+    LCT__CUDA_LOGGED(cudaEventRecord(w->staged[i], w->stream));
+  }
+  return 0;
+}
+
+/* Queues piece k of a download from dev into its pinned piece. */
+static int lct__stage_piece_out(lct__cuda_worker *w, const void *dev, size_t bytes, size_t k) {
+  size_t off = k * LCT__STAGE_PIECE, len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
+  LCT__CUDA_LOGGED(cudaMemcpyAsync(w->stage[k & 1], (const char *)dev + off, len, cudaMemcpyDeviceToHost, w->stream));
+  LCT__CUDA_LOGGED(cudaEventRecord(w->staged[k & 1], w->stream));
+  return 0;
+}
+
+/* Copies bytes from dev, after what w's stream has queued, to the host
+ * message dst; returns once dst holds them. */
+static int lct__stage_out(lct__cuda_worker *w, void *dst, const void *dev, size_t bytes) {
+  if (w->stage[0] == NULL) {
+    LCT__CUDA_LOGGED(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, w->stream));
+    LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
+    return 0;
+  }
+  size_t pieces = (bytes + LCT__STAGE_PIECE - 1) / LCT__STAGE_PIECE;
+  int rc = 0;
+  for (size_t k = 0; k < pieces && k < 2 && rc == 0; k++)
+    rc = lct__stage_piece_out(w, dev, bytes, k);
+  for (size_t k = 0; k < pieces && rc == 0; k++) {
+    size_t off = k * LCT__STAGE_PIECE, len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
+    LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[k & 1]));
+    memcpy((char *)dst + off, w->stage[k & 1], len); /* while the DMA engine fills the other piece */
+    if (k + 2 < pieces)
+      rc = lct__stage_piece_out(w, dev, bytes, k + 2);
+  }
+  return rc;
+}
+
 static int lct__worker_encode(lct__cuda_worker *w, int dtype, const lct_codebook *cb, const void *src, uint64_t n,
                               void *dst, size_t cap, lct_encode_stats *stats) {
   int rc;
   if (cb != NULL && (rc = lct__cuda_codebook(w, cb)) != 0)
     return lct__cuda_kernel_rc(rc, w->stream);
-  LCT__CUDA_LOGGED(cudaMemcpyAsync(w->raw, src, n * lct_dtype_size(dtype), cudaMemcpyHostToDevice, w->stream));
+  if ((rc = lct__stage_in(w, w->raw, src, n * lct_dtype_size(dtype))) != 0)
+    return rc;
   LCT__CUDA_LOGGED(cudaMemsetAsync(w->bits, 0, sizeof *w->bits, w->stream));
   lct_cuda_encode_item item = {dtype, cb != NULL ? w->dcb : NULL, w->raw, n, dst, cap, &w->pinned[0], w->bits, NULL};
   if ((rc = lct_cuda_encode_batch(&item, 1, w->work, w->work_bytes, w->stream)) != 0)
@@ -434,7 +488,8 @@ static int lct__worker_decode(lct__cuda_worker *w, int dtype, uint64_t n, const 
   int *status = (int *)&w->pinned[1];
   if ((rc = lct_cuda_decode(dtype, n, blob, len, w->raw, status, w->work, w->work_bytes, w->stream)) != 0)
     return lct__cuda_kernel_rc(rc, w->stream);
-  LCT__CUDA_LOGGED(cudaMemcpyAsync(dst, w->raw, n * lct_dtype_size(dtype), cudaMemcpyDeviceToHost, w->stream));
+  if ((rc = lct__stage_out(w, dst, w->raw, n * lct_dtype_size(dtype))) != 0)
+    return rc;
   LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
   return *status;
 }
@@ -873,6 +928,11 @@ static void lct__cuda_destroy(void *ctx) {
     cudaFree(w->work);
     cudaFree(w->bits);
     cudaFreeHost(w->pinned);
+    for (int k = 0; k < 2; k++) {
+      cudaFreeHost(w->stage[k]);
+      if (w->staged[k] != NULL)
+        cudaEventDestroy(w->staged[k]);
+    }
     if (w->stream != NULL)
       cudaStreamDestroy(w->stream);
   }
@@ -937,7 +997,7 @@ static const lct__backend_ops lct__cuda_ops = {
     .hist_batch = lct__cuda_hist_batch,
     .fault = lct__cuda_fault,
 };
-static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
+static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max, int pinned_staging) {
   /* The workspace serves both directions: the larger of an encode of the
    * most chunks a segment can hold (1-byte elements) and a decode of one blob. */
   lct_cuda_encode_item item = {LCT_DTYPE_F8E4M3, NULL, NULL, segment_max, NULL, 0, NULL, NULL, NULL};
@@ -948,6 +1008,10 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max) {
   LCT__CUDA_LOGGED(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
   LCT__CUDA_LOGGED(cudaMalloc((void **)&w->bits, sizeof *w->bits));
   LCT__CUDA_LOGGED(cudaMallocHost((void **)&w->pinned, 3 * sizeof(uint64_t)));
+  for (int k = 0; k < 2 && pinned_staging; k++) {
+    LCT__CUDA_LOGGED(cudaMallocHost(&w->stage[k], LCT__STAGE_PIECE));
+    LCT__CUDA_LOGGED(cudaEventCreateWithFlags(&w->staged[k], cudaEventDisableTiming));
+  }
   memset(&w->hcb, 0, sizeof w->hcb); /* raw dtype: never matches a codebook, so the first encode uploads */
   return lct__device_codebook_new(&w->dcb);
 }
@@ -995,7 +1059,7 @@ static int lct__cuda_pool_open(lct__cuda *g, uint64_t memory, uint64_t slack, si
 }
 
 int lct__backend_cuda_open(int device, uint64_t memory, uint64_t slack, int workers, uint64_t segment_max,
-                           lct__backend *out) {
+                           int pinned_staging, lct__backend *out) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
     lct__log_error("cuda: no device %d (%d found)", device, count);
@@ -1010,7 +1074,7 @@ int lct__backend_cuda_open(int device, uint64_t memory, uint64_t slack, int work
   g->n_workers = workers;
   int rc = lct__cu_open(&g->cu);
   for (int i = 0; i < workers && rc == 0; i++)
-    rc = lct__cuda_worker_open(&g->workers[i], segment_max);
+    rc = lct__cuda_worker_open(&g->workers[i], segment_max, pinned_staging);
   if (rc == 0)
     rc = lct__batch_open(&g->batch);
   if (rc == 0)

@@ -42,6 +42,7 @@ typedef struct lct__cfg_def {
 static const char *const lct__backends[] = {"auto", "cpu", "cuda", NULL};
 static const char *const lct__levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const lct__off_on[] = {"off", "on", NULL};
+static const char *const lct__stagings[] = {"pinned", "pageable", NULL};
 
 #define LCT__OFF(f) offsetof(lct__config, f)
 #define LCT__GIB (UINT64_C(1) << 30)
@@ -63,6 +64,10 @@ static const lct__cfg_def lct__cfg_table[] = {
      "cuda: a client's GPU allocation that lctd maps for device puts and gets (CUDA IPC) is unmapped after this "
      "long unused; until then, memory the client frees stays allocated on the GPU"},
     {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, 0, NULL, "CUDA device ordinal"},
+    {"host_staging", LCT__CFG_ENUM, LCT__OFF(host_staging), 0, 0, "pinned", lct__stagings, 0, NULL,
+     "cuda: how the bytes of puts and gets from the host path cross the bus: pinned (each codec worker copies "
+     "them through two pinned 256K pieces, its copy of one overlapping the DMA of the other) or pageable (the "
+     "driver stages them)"},
     {"frame_size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL, 0,
      NULL, "largest payload of one message; larger tensors travel in several"},
     {"segment_size", LCT__CFG_SIZE, LCT__OFF(segment_size), 64 << 10, LCT_FRAME_MAX, "1M", NULL, 0,

@@ -11,6 +11,7 @@
 
 enum { LCT__BACKEND_AUTO, LCT__BACKEND_CPU, LCT__BACKEND_CUDA };
 enum { LCT__LOG_ERROR, LCT__LOG_WARN, LCT__LOG_INFO, LCT__LOG_DEBUG };
+enum { LCT__STAGING_PINNED, LCT__STAGING_PAGEABLE };
 
 typedef struct lct__config {
   char *listen[LCT__LISTEN_MAX]; /* nanomsg endpoints to bind */
@@ -20,6 +21,7 @@ typedef struct lct__config {
   uint64_t memory_slack;         /* cuda: device bytes of empty granules the pool keeps mapped */
   uint64_t ipc_idle_ms;          /* cuda: a client allocation mapped by CUDA IPC and unused this long is unmapped */
   int device;                    /* CUDA device ordinal */
+  int host_staging;              /* cuda: LCT__STAGING_*, how host puts' and gets' bytes cross the bus */
   uint64_t frame_size;           /* payload bytes per frame */
   uint64_t segment_size;         /* raw bytes per independently coded segment */
   uint64_t staging_memory;       /* bytes of chunked puts held before commit */

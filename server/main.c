@@ -172,7 +172,8 @@ static int lct__open_backend(const lct__config *cfg, int workers, lct__backend *
 #ifdef LCT_HAVE_CUDA
   if (cfg->backend == LCT__BACKEND_CUDA ||
       (cfg->backend == LCT__BACKEND_AUTO && lct__backend_cuda_present())) {
-    int rc = lct__backend_cuda_open(cfg->device, cfg->memory, cfg->memory_slack, workers, cfg->segment_size, be);
+    int rc = lct__backend_cuda_open(cfg->device, cfg->memory, cfg->memory_slack, workers, cfg->segment_size,
+                                    cfg->host_staging == LCT__STAGING_PINNED, be);
     if (rc == 0) {
       *name = "cuda";
       return 0;

@@ -19,7 +19,7 @@ static int have_gpu;
 
 static void open_backend(void) {
   if (!(have_gpu = lct__backend_cuda_present())) return;
-  int rc = lct__backend_cuda_open(0, 64 << 20, 0, 4, 1 << 20, &be); /* no slack: held is what blobs touch */
+  int rc = lct__backend_cuda_open(0, 64 << 20, 0, 4, 1 << 20, 1, &be); /* no slack: held is what blobs touch */
   cr_assert_eq(rc, 0, "cuda backend: %s", lct_strerror(rc));
   cr_assert_eq(be.capacity, 64 << 20);
 }
@@ -102,7 +102,7 @@ Test(backend_cuda, a_full_device_is_enomem) {
   size_t free_b, total_b;
   cr_assert_eq(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
   lct__backend big;
-  int rc = lct__backend_cuda_open(0, total_b, 64 << 20, 1, 1 << 20, &big);
+  int rc = lct__backend_cuda_open(0, total_b, 64 << 20, 1, 1 << 20, 1, &big);
   cr_assert_eq(rc, 0, "a ceiling of the whole device reserves no memory: %s", lct_strerror(rc));
   cr_assert_eq(big.ops->held(big.ctx), 0);
   cr_assert_eq(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
@@ -122,13 +122,13 @@ Test(backend_cuda, a_full_device_is_enomem) {
   big.ops->destroy(big.ctx);
 }
 
-/* Encodes on the GPU, compares with the CPU codec, decodes back. */
-static void round_trip(int dtype, const void *src, uint64_t n, const lct_codebook *cb) {
+/* Encodes on b's GPU, compares with the CPU codec, decodes back. */
+static void round_trip(lct__backend *b, int dtype, const void *src, uint64_t n, const lct_codebook *cb) {
   size_t bytes = n * lct_dtype_size(dtype), cap = lct_encode_bound(dtype, n);
   void *blob;
-  cr_assert_eq(be.ops->alloc(be.ctx, cap, &blob), 0);
+  cr_assert_eq(b->ops->alloc(b->ctx, cap, &blob), 0);
   lct_encode_stats gs, cs;
-  int rc = be.ops->encode(be.ctx, 0, dtype, cb, src, n, blob, cap, &gs);
+  int rc = b->ops->encode(b->ctx, 0, dtype, cb, src, n, blob, cap, &gs);
   cr_assert_eq(rc, 0, "gpu encode %s n=%llu: %s", lct_dtype_name(dtype), (unsigned long long)n, lct_strerror(rc));
   uint8_t *ref = malloc(cap), *got = malloc(gs.blob_bytes ? gs.blob_bytes : 1), *back = malloc(bytes + 1);
   cr_assert_eq(lct_encode(dtype, cb, src, n, ref, cap, &cs), 0);
@@ -138,31 +138,54 @@ static void round_trip(int dtype, const void *src, uint64_t n, const lct_codeboo
   cr_assert_eq(gs.code_bits, cs.code_bits, "the backend's code bits are the encoder's");
   cr_assert_eq(cudaMemcpy(got, blob, gs.blob_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   cr_assert_eq(memcmp(got, ref, gs.blob_bytes), 0, "the GPU writes the CPU codec's bytes");
-  cr_assert_eq(be.ops->decode(be.ctx, 0, dtype, n, blob, gs.blob_bytes, back), 0);
-  cr_assert(bytes == 0 || memcmp(back, src, bytes) == 0);
-  be.ops->release(be.ctx, blob, cap);
+  cr_assert_eq(b->ops->decode(b->ctx, 0, dtype, n, blob, gs.blob_bytes, back), 0);
+  cr_assert(bytes == 0 || memcmp(back, src, bytes) == 0, "%s n=%llu decodes to its input", lct_dtype_name(dtype),
+            (unsigned long long)n);
+  b->ops->release(b->ctx, blob, cap);
   free(ref);
   free(got);
   free(back);
 }
 
-Test(backend_cuda, codec_matches_cpu) {
-  NEED_GPU();
+/* Round trips of every size class on b: none, one element, a chunk's edges,
+ * the pinned pieces' edges (256 KiB each, two of them taking turns) and a
+ * whole 1 MiB segment, with a fitting and a stale codebook and raw. */
+static void round_trips(lct__backend *b) {
+  const size_t segment = 1u << 20;
   size_t bytes;
-  uint8_t *w = test_read_data("A_s400_w.bf16.bin", &bytes);
+  uint8_t *w = test_read_data("A_s400_w.bf16.bin", &bytes), *tiled = malloc(segment);
+  for (size_t off = 0; off < segment; off += bytes)
+    memcpy(tiled + off, w, segment - off < bytes ? segment - off : bytes);
   lct_codebook cb;
   cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_BF16, w, bytes / 2, &cb), 0);
-  uint64_t sizes[] = {0, 1, LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS + 1, bytes / 2};
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) round_trip(LCT_DTYPE_BF16, w, sizes[i], &cb);
+  const uint64_t piece = (256u << 10) / 2;
+  uint64_t sizes[] = {0, 1, LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS + 1, piece - 1, piece + 1, 3 * piece - 1, segment / 2};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) round_trip(b, LCT_DTYPE_BF16, tiled, sizes[i], &cb);
   /* A stale codebook: another tensor's symbols escape. */
   size_t gbytes;
   uint8_t *g = test_read_data("A_s400_g.f32.bin", &gbytes);
   lct_codebook fcb;
   cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_F32, g, 1000, &fcb), 0);
-  round_trip(LCT_DTYPE_F32, g, gbytes / 4, &fcb);
-  round_trip(LCT_DTYPE_RAW, g, 12345, NULL);
+  round_trip(b, LCT_DTYPE_F32, g, gbytes / 4, &fcb);
+  round_trip(b, LCT_DTYPE_RAW, g, 12345, NULL);
   free(w);
+  free(tiled);
   free(g);
+}
+
+Test(backend_cuda, codec_matches_cpu) {
+  NEED_GPU();
+  round_trips(&be);
+}
+
+Test(backend_cuda, pageable_staging_matches_cpu) {
+  /* host_staging = pageable: the driver stages the host bytes; the same results. */
+  NEED_GPU();
+  lct__backend pageable;
+  int rc = lct__backend_cuda_open(0, 64 << 20, 0, 1, 1 << 20, 0, &pageable);
+  cr_assert_eq(rc, 0, "cuda backend: %s", lct_strerror(rc));
+  round_trips(&pageable);
+  pageable.ops->destroy(pageable.ctx);
 }
 
 /* One worker of worker_threads, on a thread of its own. */

@@ -3,6 +3,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from ._shard import local
 from .batch import Batch, failure
 from .errors import LctError, canceled, error_code
 
@@ -66,6 +67,12 @@ class OffloadedAdamW(torch.optim.Optimizer):
     i the parameter's position across param_groups (as in state_dict); give
     each optimizer sharing an lctd its own key_prefix.
 
+    A parameter that is a DTensor (FSDP2's fully_shard, tensor parallelism)
+    keeps the states of its local shard, which is all its rank updates:
+    under DDP or FSDP each rank runs its own OffloadedAdamW with its own
+    key_prefix (lct.Client.for_rank() picks the rank's lctd). state_dict()
+    holds those shards as plain tensors.
+
     offload_master_weights: for low-precision parameters. Each parameter's
     float32 master copy (from the parameter at its first step) is kept in lctd
     too, as f"{key_prefix}{i}/master_param"; moments are float32, the update
@@ -120,7 +127,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         return ("exp_avg", "exp_avg_sq") + (("master_param",) if self.offload_master_weights else ())
 
     def _slot_bytes(self, p):
-        return _aligned(p.numel() * self._state_dtype(p).itemsize)
+        return _aligned(local(p).numel() * self._state_dtype(p).itemsize)
 
     def _need(self, p):
         # A slot per state and one for denom (with master weights the float32
@@ -138,7 +145,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                     raise ValueError(f"OffloadedAdamW takes real floating-point parameters, not {p.dtype}")
                 need = self._need(p)
                 if need > self._part() and not self._auto_scratch:
-                    raise ValueError(f"a parameter of shape {tuple(p.shape)} needs {need} bytes of "
+                    raise ValueError(f"a parameter of shape {tuple(local(p).shape)} needs {need} bytes of "
                                      f"scratch, {_PARTS} times that in all; scratch_bytes is {self.scratch_bytes}")
                 if need > self._part():
                     self.scratch_bytes = _PARTS * need
@@ -188,7 +195,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             if p.grad.is_sparse:
                 raise RuntimeError("OffloadedAdamW does not support sparse gradients")
             # Cached entries hold p and its group: their ids stay their own (load_state_dict makes new groups).
-            present.append((index, id(p), id(group), p.shape, p.dtype, p.device))
+            present.append((index, id(p), id(group), local(p).shape, p.dtype, p.device))
         part = self._part()
         present = tuple(present), part
         if self._layout is not None and self._layout[0] == present:
@@ -199,7 +206,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             group, p = params[index]
             need = self._need(p)
             if need > part:  # a parameter grown since add_param_group
-                raise ValueError(f"a parameter of shape {tuple(p.shape)} needs {need} bytes of scratch, "
+                raise ValueError(f"a parameter of shape {tuple(local(p).shape)} needs {need} bytes of scratch, "
                                  f"{_PARTS} times that in all; scratch_bytes is {self.scratch_bytes}")
             room = min(part, part // _FIRST << len(groups))
             if batch and (used + need > room or p.device != batch[0][2].device):
@@ -400,7 +407,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
             dtype = self._state_dtype(p)
             slots, elems = len(names) + 1, self._slot_bytes(p) // dtype.itemsize
             keys = tuple(self._key(index, name) for name in names)
-            layout.entries.append((group, p, (slots,) + tuple(p.shape), (elems,) + _contiguous_strides(p.shape),
+            shape = local(p).shape
+            layout.entries.append((group, p, (slots,) + tuple(shape), (elems,) + _contiguous_strides(shape),
                                    off // dtype.itemsize, dtype, keys))
             layout.fetch_keys += keys
             (layout.coded_keys if dtype in _CODED else layout.raw_keys).extend(keys)
@@ -447,18 +455,18 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 m.zero_()
                 v.zero_()
                 if master is not None:
-                    master.copy_(p)
+                    master.copy_(local(p))
             step_t = self.state[p]["step"]
             _, run = runs.setdefault((id(group), step_t.item(), p.dtype, p.grad.dtype), (group, []))
-            run.append((p, m, v, tmp, master, step_t))
+            run.append((local(p), local(p.grad), m, v, tmp, master, step_t))
         ops = torch if plan.layout.device.type == "cuda" and _FOREACH else _PerTensor
         for group, run in runs.values():
-            params, ms, vs, tmps, masters, steps = (list(x) for x in zip(*run))
+            params, grads, ms, vs, tmps, masters, steps = (list(x) for x in zip(*run))
             torch._foreach_add_(steps, 1)
             if masters[0] is None:
-                _adamw_run(ops, params, [p.grad for p in params], ms, vs, tmps, steps[0].item(), group)
+                _adamw_run(ops, params, grads, ms, vs, tmps, steps[0].item(), group)
             else:
-                ops._foreach_copy_(tmps, [p.grad for p in params])
+                ops._foreach_copy_(tmps, grads)
                 _adamw_run(ops, masters, tmps, ms, vs, tmps, steps[0].item(), group)
                 ops._foreach_copy_(params, masters)
 
@@ -475,7 +483,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 continue
             entry = dict(sd["state"][index])
             for name in self._state_names():
-                t = torch.empty(p.shape, dtype=self._state_dtype(p))
+                t = torch.empty(local(p).shape, dtype=self._state_dtype(p))
                 entry[name] = self.client.get(self._key(index, name), out=t)
             sd["state"][index] = entry
         return sd
@@ -494,9 +502,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
         for index, _, p in params:
             for name in self._state_names():
                 info = self.client.stat(self._key(index, name))
-                if info.raw_bytes != p.numel() * self._state_dtype(p).itemsize:
+                if info.raw_bytes != local(p).numel() * self._state_dtype(p).itemsize:
                     raise ValueError(f"{self._key(index, name)} holds {info.raw_bytes} bytes, not the "
-                                     f"{tuple(p.shape)} {self._state_dtype(p)} state of parameter {index}")
+                                     f"{tuple(local(p).shape)} {self._state_dtype(p)} state of parameter {index}")
         for _, _, p in params:
             self.state[p] = {"step": torch.tensor(float(step), dtype=_scalar_dtype())}
 
@@ -521,9 +529,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 t = st.get(name)
                 if t is None:
                     raise ValueError(f"the state of parameter {index} has no {name}")
-                if name != "step" and tuple(t.shape) != tuple(p.shape):
-                    raise ValueError(f"the {name} of parameter {index} has shape {tuple(t.shape)}, "
-                                     f"the parameter {tuple(p.shape)}")
+                if name != "step" and tuple(local(t).shape) != tuple(local(p).shape):
+                    raise ValueError(f"the {name} of parameter {index} has shape {tuple(local(t).shape)}, "
+                                     f"the parameter {tuple(local(p).shape)}")
         # Only the steps pass through Optimizer's loader: the moments would be
         # moved to the parameters' devices in full. Steps are copied: the
         # loader would share them with state_dict, and steps count in place.
@@ -535,11 +543,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
                 continue
             s = moments[index]
             dtype = self._state_dtype(p)
-            self._put(index, "exp_avg", s["exp_avg"].to(dtype))
-            self._put(index, "exp_avg_sq", s["exp_avg_sq"].to(dtype))
+            self._put(index, "exp_avg", local(s["exp_avg"]).to(dtype))
+            self._put(index, "exp_avg_sq", local(s["exp_avg_sq"]).to(dtype))
             if self.offload_master_weights:
                 master = s.get("master_param")
-                self._put(index, "master_param", (master if master is not None else p).to(torch.float32))
+                self._put(index, "master_param", local(master if master is not None else p).to(torch.float32))
 
 
 class _Layout:

@@ -1,11 +1,15 @@
-"""torchrun_worker.py — one rank of a DDP trainer (gloo) whose AdamW states live in its own lctd, chosen from $LCT_ENDPOINTS by local rank.
+"""torchrun_worker.py — one rank of a DDP or FSDP trainer (gloo) whose AdamW states live in its own lctd, chosen from $LCT_ENDPOINTS by local rank.
 
     torchrun --standalone --nproc_per_node 2 [--max_restarts 1] torchrun_worker.py OUT_DIR \\
-        --device cpu|cuda --optimizer adamw|offload|fused|compressed [--steps N] [--fail-after K]
+        --device cpu|cuda --optimizer adamw|offload|fused|compressed [--parallel ddp|fsdp] [--steps N]
+        [--fail-after K]
 
 Each rank trains the same small model on its own batches for --steps steps and
 appends "attempt step loss" lines (the loss as float.hex) to OUT_DIR/rankR.txt,
 then writes the SHA-256 of its final parameters to OUT_DIR/rankR.params.
+--parallel fsdp shards every layer and the model with FSDP2's fully_shard
+(each rank holds, updates and keeps states for half of each parameter);
+the digests are then of the rank's shards.
 --optimizer adamw: torch.optim.AdamW(foreach=False), states in the trainer.
 --optimizer fused: torch.optim.AdamW(fused=True) (CUDA).
 --optimizer compressed: lct.torch.CompressedAdamW, states compressed on the rank's GPU (CUDA).
@@ -35,6 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # client/p
 
 import lct  # noqa: E402
 import lct.optim  # noqa: E402
+from lct._shard import local  # noqa: E402
 
 HYPER = dict(lr=3e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
 
@@ -57,7 +62,7 @@ def commit(client, prefix, model, opt, step):
     """The rank's state after `step` steps, in its lctd: the optimizer's (flushed), the parameters, then the marker."""
     opt.flush()
     for name, p in model.named_parameters():
-        client.put(f"{prefix}model/{name}", p.detach())
+        client.put(f"{prefix}model/{name}", local(p.detach()))
     client.put(f"{prefix}committed", struct.pack("<q", step))
 
 
@@ -69,7 +74,7 @@ def restore(client, prefix, model, opt):
         return 0
     with torch.no_grad():
         for name, p in model.named_parameters():
-            client.get(f"{prefix}model/{name}", out=p.data)
+            client.get(f"{prefix}model/{name}", out=local(p.data))
     opt.resume(step)
     return step
 
@@ -90,6 +95,7 @@ def main():
     ap.add_argument("out", type=pathlib.Path)
     ap.add_argument("--device", choices=("cpu", "cuda"), required=True)
     ap.add_argument("--optimizer", choices=("adamw", "offload", "fused", "compressed"), required=True)
+    ap.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fail-after", type=int, default=0)
     args = ap.parse_args()
@@ -100,25 +106,34 @@ def main():
     # Two ranks on one GPU: both on device 0.
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     model = make_model(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if args.device == "cuda" else None)
+    if args.parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard  # torch 2.6 or later
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(args.device, (dist.get_world_size(),))
+        for layer in model:
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer, mesh=mesh)
+        net = fully_shard(model, mesh=mesh)
+    else:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if args.device == "cuda" else None)
     client = prefix = None
     if args.optimizer == "offload":
         client = lct.Client.for_rank(local_rank, timeout_ms=60000)
         prefix = f"{os.environ['LCT_RUN']}/rank{rank}/"
-        opt = lct.optim.OffloadedAdamW(ddp.parameters(), client, key_prefix=prefix + "adam/", **HYPER)
+        opt = lct.optim.OffloadedAdamW(net.parameters(), client, key_prefix=prefix + "adam/", **HYPER)
         first = restore(client, prefix, model, opt)
     elif args.optimizer == "compressed":
         lct_torch = importlib.import_module("lct.torch")  # needs CUDA: loaded only for this mode
-        opt = lct_torch.CompressedAdamW(ddp.parameters(), min_bytes=1, **HYPER)  # every state compressed
+        opt = lct_torch.CompressedAdamW(net.parameters(), min_bytes=1, **HYPER)  # every state compressed
         first = 0
     else:
-        opt = torch.optim.AdamW(ddp.parameters(), foreach=False, fused=args.optimizer == "fused", **HYPER)
+        opt = torch.optim.AdamW(net.parameters(), foreach=False, fused=args.optimizer == "fused", **HYPER)
         first = 0
     with open(args.out / f"rank{rank}.txt", "a") as log:
         for step in range(first, args.steps):
             opt.zero_grad()
             x, y = batch(step, rank, device)
-            loss = torch.nn.functional.cross_entropy(ddp(x).float().reshape(-1, 7), y)
+            loss = torch.nn.functional.cross_entropy(net(x).float().reshape(-1, 7), y)
             loss.backward()
             opt.step()
             log.write(f"{attempt} {step} {loss.item().hex()}\n")
@@ -131,7 +146,7 @@ def main():
                     sys.exit(1)
     digest = hashlib.sha256()
     for p in model.parameters():
-        digest.update(bytes(p.detach().cpu().contiguous().view(torch.uint8).reshape(-1).tolist()))
+        digest.update(bytes(local(p.detach()).cpu().contiguous().view(torch.uint8).reshape(-1).tolist()))
     (args.out / f"rank{rank}.params").write_text(digest.hexdigest() + "\n")
     if client is not None:
         client.close()

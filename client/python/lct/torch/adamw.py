@@ -5,6 +5,7 @@ import inspect
 
 import torch
 
+from .._shard import local
 from ._codec import CODED, Packed, default_codec
 
 _STATES = ("exp_avg", "exp_avg_sq", "master")
@@ -32,6 +33,9 @@ class CompressedAdamW(torch.optim.Optimizer):
 
     weights: the CompressedParameters holding these parameters, if any: each group's parameters are decoded
     for the update and encoded again after it.
+
+    A parameter that is a DTensor (FSDP2's fully_shard) keeps the states of its local shard, the part its rank
+    updates, as plain tensors (state_dict() returns them so).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *, codec=None,
@@ -48,7 +52,8 @@ class CompressedAdamW(torch.optim.Optimizer):
 
     def _state_bytes(self, p):
         """Bytes of p's decoded states: the moments, and the fp32 master where there is one."""
-        return 3 * p.numel() * 4 if self._has_master(p) else 2 * p.numel() * p.element_size()
+        n = local(p).numel()
+        return 3 * n * 4 if self._has_master(p) else 2 * n * p.element_size()
 
     def _groups(self, params):
         group, size = [], 0
@@ -77,8 +82,8 @@ class CompressedAdamW(torch.optim.Optimizer):
         state = self.state[p]
         state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
         if self._has_master(p):
-            state["master"] = p.detach().to(torch.float32, copy=True)
-        like = state.get("master", p)
+            state["master"] = local(p).detach().to(torch.float32, copy=True)
+        like = state.get("master", local(p))
         state["exp_avg"] = torch.zeros_like(like, memory_format=torch.preserve_format)
         state["exp_avg_sq"] = torch.zeros_like(like, memory_format=torch.preserve_format)
 
@@ -96,13 +101,15 @@ class CompressedAdamW(torch.optim.Optimizer):
         for (s, k), t in zip(held, self.codec.decode([s[k] for s, k in held])):
             s[k] = t
 
-        targets = [s.get("master", p) for p, s in zip(params, states)]
-        grads = [p.grad.to(torch.float32) if "master" in s else p.grad for p, s in zip(params, states)]
+        shards = [local(p) for p in params]
+        targets = [s.get("master", p) for p, s in zip(shards, states)]
+        grads = [local(p.grad) for p in params]
+        grads = [g.to(torch.float32) if "master" in s else g for g, s in zip(grads, states)]
         beta1, beta2 = group["betas"]
         self._adamw(targets, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
                     [s["step"] for s in states], fused=True, amsgrad=False, beta1=beta1, beta2=beta2,
                     lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
-        for p, s in zip(params, states):
+        for p, s in zip(shards, states):
             if "master" in s:
                 p.copy_(s["master"])
 

@@ -130,8 +130,8 @@ int lct__backend_cuda_present(void);
  * empty granules beyond slack bytes unmapped (granules.h); the GPU codec
  * (kernels/lct_cuda.h). Each of the workers codec workers gets a stream and
  * device buffers for segments of up to segment_max raw bytes, and with
- * pinned_staging two pinned pieces that host puts' and gets' bytes cross the
- * bus through (else the driver stages them). LCT_ENODEV, LCT_ENOMEM or
+ * pinned_staging a ring of pinned pieces that host puts' and gets' bytes
+ * cross the bus through (else the driver stages them). LCT_ENODEV, LCT_ENOMEM or
  * LCT_ECUDA on failure. */
 int lct__backend_cuda_open(int device, uint64_t memory, uint64_t slack, int workers, uint64_t segment_max,
                            int pinned_staging, lct__backend *out);

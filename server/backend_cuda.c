@@ -26,13 +26,15 @@
 #define LCT__BATCH_HISTS 256 /* tensors whose histograms one wait of a batch collects */
 #define LCT__BATCH_CRC_WORK (1u << 20) /* CRC workspace of a group: 4 bytes per 32 KiB or more */
 #define LCT__STAGE_PIECE (256u << 10) /* a host put's or get's bytes cross to the GPU in pieces of this size */
+#define LCT__STAGE_SLOTS 16 /* pieces of a worker's pinned ring, at most (4 MiB); fewer for smaller segments */
 
 /* What one codec worker uses for host puts and gets, created at open so
  * that nothing on the request path allocates: a stream, device memory for one
  * segment's raw bytes, codec workspace, words for results, and (pinned
- * staging) two pinned pieces that a segment's raw bytes cross the bus
+ * staging) a ring of pinned pieces that a segment's raw bytes cross the bus
  * through: the worker copies one piece between the request's message and
- * pinned memory while the DMA engine moves the other. */
+ * pinned memory while the DMA engine moves the others. A ring that holds
+ * the whole segment never makes the worker wait for a DMA before its copy. */
 typedef struct lct__cuda_worker {
   cudaStream_t stream;
   void *raw;         /* device, segment_max bytes */
@@ -40,8 +42,9 @@ typedef struct lct__cuda_worker {
   size_t work_bytes;
   uint64_t *bits;    /* device: the code bits the encoder adds up (device atomics, not a bus crossing each) */
   uint64_t *pinned;  /* pinned host: [0] blob bytes, [1] decode status, [2] code bits */
-  void *stage[2];    /* pinned host, LCT__STAGE_PIECE bytes each; NULL: the driver stages pageable copies */
-  cudaEvent_t staged[2]; /* the last DMA to or from stage[i] */
+  char *stage;       /* pinned host, slots pieces of LCT__STAGE_PIECE; NULL: the driver stages pageable copies */
+  int slots;
+  cudaEvent_t staged[LCT__STAGE_SLOTS]; /* the last DMA to or from piece i of the ring */
   lct_cuda_codebook *dcb; /* device copy of the codebook last used, and its source */
   lct_codebook hcb;
 } lct__cuda_worker;
@@ -413,46 +416,49 @@ static int lct__queue_end(cudaStream_t stream, int rc) {
 /* Queues the copy of bytes from the host message src to dev on w's stream;
  * src may be reused once the call returns. */
 static int lct__stage_in(lct__cuda_worker *w, void *dev, const void *src, size_t bytes) {
-  if (w->stage[0] == NULL) {
+  if (w->stage == NULL) {
     LCT__CUDA_LOGGED(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, w->stream));
     return 0;
   }
-  for (size_t off = 0, i = 0; off < bytes; off += LCT__STAGE_PIECE, i ^= 1) {
-    size_t len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
-    LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[i])); /* the piece's last DMA has read it */
-    memcpy(w->stage[i], (const char *)src + off, len);
-    LCT__CUDA_LOGGED(cudaMemcpyAsync((char *)dev + off, w->stage[i], len, cudaMemcpyHostToDevice, w->stream));
-    LCT__CUDA_LOGGED(cudaEventRecord(w->staged[i], w->stream));
+  for (size_t off = 0, k = 0; off < bytes; off += LCT__STAGE_PIECE, k++) {
+    size_t len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE, slot = k % (size_t)w->slots;
+    char *piece = w->stage + slot * LCT__STAGE_PIECE;
+    LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[slot])); /* the piece's last DMA has read it */
+    memcpy(piece, (const char *)src + off, len);
+    LCT__CUDA_LOGGED(cudaMemcpyAsync((char *)dev + off, piece, len, cudaMemcpyHostToDevice, w->stream));
+    LCT__CUDA_LOGGED(cudaEventRecord(w->staged[slot], w->stream));
   }
   return 0;
 }
 
-/* Queues piece k of a download from dev into its pinned piece. */
+/* Queues piece k of a download from dev into its slot of the ring. */
 static int lct__stage_piece_out(lct__cuda_worker *w, const void *dev, size_t bytes, size_t k) {
   size_t off = k * LCT__STAGE_PIECE, len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
-  LCT__CUDA_LOGGED(cudaMemcpyAsync(w->stage[k & 1], (const char *)dev + off, len, cudaMemcpyDeviceToHost, w->stream));
-  LCT__CUDA_LOGGED(cudaEventRecord(w->staged[k & 1], w->stream));
+  size_t slot = k % (size_t)w->slots;
+  LCT__CUDA_LOGGED(cudaMemcpyAsync(w->stage + slot * LCT__STAGE_PIECE, (const char *)dev + off, len,
+                                   cudaMemcpyDeviceToHost, w->stream));
+  LCT__CUDA_LOGGED(cudaEventRecord(w->staged[slot], w->stream));
   return 0;
 }
 
 /* Copies bytes from dev, after what w's stream has queued, to the host
  * message dst; returns once dst holds them. */
 static int lct__stage_out(lct__cuda_worker *w, void *dst, const void *dev, size_t bytes) {
-  if (w->stage[0] == NULL) {
+  if (w->stage == NULL) {
     LCT__CUDA_LOGGED(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToHost, w->stream));
     LCT__CUDA_LOGGED(cudaStreamSynchronize(w->stream));
     return 0;
   }
-  size_t pieces = (bytes + LCT__STAGE_PIECE - 1) / LCT__STAGE_PIECE;
+  size_t pieces = (bytes + LCT__STAGE_PIECE - 1) / LCT__STAGE_PIECE, slots = (size_t)w->slots;
   int rc = 0;
-  for (size_t k = 0; k < pieces && k < 2 && rc == 0; k++)
+  for (size_t k = 0; k < pieces && k < slots && rc == 0; k++)
     rc = lct__stage_piece_out(w, dev, bytes, k);
   for (size_t k = 0; k < pieces && rc == 0; k++) {
     size_t off = k * LCT__STAGE_PIECE, len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
-    LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[k & 1]));
-    memcpy((char *)dst + off, w->stage[k & 1], len); /* while the DMA engine fills the other piece */
-    if (k + 2 < pieces)
-      rc = lct__stage_piece_out(w, dev, bytes, k + 2);
+    LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[k % slots]));
+    memcpy((char *)dst + off, w->stage + k % slots * LCT__STAGE_PIECE, len); /* while the next pieces land */
+    if (k + slots < pieces)
+      rc = lct__stage_piece_out(w, dev, bytes, k + slots);
   }
   return rc;
 }
@@ -928,11 +934,10 @@ static void lct__cuda_destroy(void *ctx) {
     cudaFree(w->work);
     cudaFree(w->bits);
     cudaFreeHost(w->pinned);
-    for (int k = 0; k < 2; k++) {
-      cudaFreeHost(w->stage[k]);
+    cudaFreeHost(w->stage);
+    for (int k = 0; k < w->slots; k++)
       if (w->staged[k] != NULL)
         cudaEventDestroy(w->staged[k]);
-    }
     if (w->stream != NULL)
       cudaStreamDestroy(w->stream);
   }
@@ -1008,9 +1013,13 @@ static int lct__cuda_worker_open(lct__cuda_worker *w, uint64_t segment_max, int 
   LCT__CUDA_LOGGED(cudaMalloc(&w->work, w->work_bytes ? w->work_bytes : 1));
   LCT__CUDA_LOGGED(cudaMalloc((void **)&w->bits, sizeof *w->bits));
   LCT__CUDA_LOGGED(cudaMallocHost((void **)&w->pinned, 3 * sizeof(uint64_t)));
-  for (int k = 0; k < 2 && pinned_staging; k++) {
-    LCT__CUDA_LOGGED(cudaMallocHost(&w->stage[k], LCT__STAGE_PIECE));
-    LCT__CUDA_LOGGED(cudaEventCreateWithFlags(&w->staged[k], cudaEventDisableTiming));
+  if (pinned_staging) {
+    /* The whole segment where it fits the ring, and two pieces at least (a get's copy overlaps the next DMA). */
+    uint64_t pieces = (segment_max + LCT__STAGE_PIECE - 1) / LCT__STAGE_PIECE;
+    w->slots = pieces < 2 ? 2 : pieces > LCT__STAGE_SLOTS ? LCT__STAGE_SLOTS : (int)pieces;
+    LCT__CUDA_LOGGED(cudaMallocHost((void **)&w->stage, (size_t)w->slots * LCT__STAGE_PIECE));
+    for (int k = 0; k < w->slots; k++)
+      LCT__CUDA_LOGGED(cudaEventCreateWithFlags(&w->staged[k], cudaEventDisableTiming));
   }
   memset(&w->hcb, 0, sizeof w->hcb); /* raw dtype: never matches a codebook, so the first encode uploads */
   return lct__device_codebook_new(&w->dcb);

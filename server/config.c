@@ -66,8 +66,8 @@ static const lct__cfg_def lct__cfg_table[] = {
     {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, 0, NULL, "CUDA device ordinal"},
     {"host_staging", LCT__CFG_ENUM, LCT__OFF(host_staging), 0, 0, "pinned", lct__stagings, 0, NULL,
      "cuda: how the bytes of puts and gets from the host path cross the bus: pinned (each codec worker copies "
-     "them through two pinned 256K pieces, its copy of one overlapping the DMA of the other) or pageable (the "
-     "driver stages them)"},
+     "them in 256K pieces through a pinned ring of its segment's size, at most 4M, its copies overlapping the "
+     "DMA) or pageable (the driver stages them)"},
     {"frame_size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL, 0,
      NULL, "largest payload of one message; larger tensors travel in several"},
     {"segment_size", LCT__CFG_SIZE, LCT__OFF(segment_size), 64 << 10, LCT_FRAME_MAX, "1M", NULL, 0,

@@ -147,11 +147,10 @@ static void round_trip(lct__backend *b, int dtype, const void *src, uint64_t n, 
   free(back);
 }
 
-/* Round trips of every size class on b: none, one element, a chunk's edges,
- * the pinned pieces' edges (256 KiB each, two of them taking turns) and a
- * whole 1 MiB segment, with a fitting and a stale codebook and raw. */
-static void round_trips(lct__backend *b) {
-  const size_t segment = 1u << 20;
+/* Round trips of every size class on b, whose segments are segment bytes:
+ * none, one element, a chunk's edges, the pinned pieces' edges (256 KiB) and
+ * a whole segment, with a fitting and a stale codebook and raw. */
+static void round_trips(lct__backend *b, size_t segment) {
   size_t bytes;
   uint8_t *w = test_read_data("A_s400_w.bf16.bin", &bytes), *tiled = malloc(segment);
   for (size_t off = 0; off < segment; off += bytes)
@@ -175,7 +174,7 @@ static void round_trips(lct__backend *b) {
 
 Test(backend_cuda, codec_matches_cpu) {
   NEED_GPU();
-  round_trips(&be);
+  round_trips(&be, 1u << 20);
 }
 
 Test(backend_cuda, pageable_staging_matches_cpu) {
@@ -184,8 +183,18 @@ Test(backend_cuda, pageable_staging_matches_cpu) {
   lct__backend pageable;
   int rc = lct__backend_cuda_open(0, 64 << 20, 0, 1, 1 << 20, 0, &pageable);
   cr_assert_eq(rc, 0, "cuda backend: %s", lct_strerror(rc));
-  round_trips(&pageable);
+  round_trips(&pageable, 1u << 20);
   pageable.ops->destroy(pageable.ctx);
+}
+
+Test(backend_cuda, pinned_ring_wraps) {
+  /* 8 MiB segments: 32 pieces through a ring of 16, each slot reused once its DMA is done. */
+  NEED_GPU();
+  lct__backend big;
+  int rc = lct__backend_cuda_open(0, 64 << 20, 0, 1, 8u << 20, 1, &big);
+  cr_assert_eq(rc, 0, "cuda backend: %s", lct_strerror(rc));
+  round_trips(&big, 8u << 20);
+  big.ops->destroy(big.ctx);
 }
 
 /* One worker of worker_threads, on a thread of its own. */

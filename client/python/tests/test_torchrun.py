@@ -123,6 +123,10 @@ class TestTorchrun(unittest.TestCase):
         """FSDP2 shards: each rank offloads the states of its shards, resumes them after a restart."""
         self.run_device("cpu", parallel="fsdp")
 
+    @unittest.skipIf(fsdp_usable() is not None or not torch.cuda.is_available(), fsdp_usable() or "no CUDA device")
+    def test_fsdp_on_one_gpu(self):
+        self.run_device("cuda", parallel="fsdp")
+
     @unittest.skipIf(torch is None or not torch.cuda.is_available(), "no CUDA device")
     def test_compressed_adamw_under_ddp(self):
         """lct.torch.CompressedAdamW in each rank: the losses and parameters of AdamW(fused=True)."""

@@ -105,7 +105,6 @@ typedef struct lct__accept_task {
   struct lct__accept_job *job;
   size_t seg;
   const uint8_t *src;
-  uint32_t crc;
   int rc;
 } lct__accept_task;
 
@@ -130,10 +129,10 @@ static void lct__accept_run(lct__task *task, int worker) {
   (void)worker;
   lct__accept_task *t = (lct__accept_task *)task;
   lct__accept_job *job = t->job;
-  const lct__segment *sg = &job->e->segments[t->seg];
+  lct__segment *sg = &job->e->segments[t->seg];
   const lct__backend *be = lct__pool_backend(job->srv->pool);
-  t->crc = 0;
-  t->rc = lct_validate(t->src, sg->blob_bytes, lct__crc_chunk, &t->crc);
+  sg->crc = 0;
+  t->rc = lct_validate(t->src, sg->blob_bytes, lct__crc_chunk, &sg->crc);
   if (t->rc == 0)
     t->rc = be->ops->write(be->ctx, t->src, sg->blob_bytes, sg->blob);
 }
@@ -147,7 +146,6 @@ static void lct__accept_done(lct__task *task) {
   lct__entry *e = job->e;
   int rc = 0;
   char why[160] = "";
-  uint32_t crc = 0;
   for (size_t i = 0; i < job->n_tasks && rc == 0; i++) {
     if ((rc = job->tasks[i].rc) != 0) {
       /* What the decoder finds in a client's blob is a corrupt blob, whatever part it fails. */
@@ -156,8 +154,8 @@ static void lct__accept_done(lct__task *task) {
       snprintf(why, sizeof why, "blob %zu (raw bytes from %" PRIu64 ") fails validation: %s", i,
                e->segments[i].raw_offset, lct_err_name(job->tasks[i].rc));
     }
-    crc = i == 0 ? job->tasks[0].crc : lct_crc32c_combine(crc, job->tasks[i].crc, e->segments[i].raw_bytes);
   }
+  uint32_t crc = rc == 0 ? lct__entry_crc(e) : 0;
   if (rc == 0 && crc != job->decl.checksum) {
     rc = LCT_ECHECKSUM;
     snprintf(why, sizeof why, "the blobs hold data whose CRC-32C is %08" PRIx32 "; the put declares %08" PRIx32, crc,

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "codebook.h"
-#include "lct_checksum.h"
 #include "log.h"
 #include "workers.h"
 
@@ -155,10 +154,9 @@ static void lct__batch_codebook(lct__batch_job *job, size_t i) {
 static int lct__batch_checksums(lct__batch_job *job, size_t *failed) {
   for (size_t i = 0; i < job->n_items; i++) {
     lct__entry *e = job->built[i];
-    for (size_t k = 0; k < e->n_segments; k++) {
-      const lct__batch_seg *bs = &job->segs[job->first[i] + k];
-      e->checksum = k == 0 ? bs->crc : lct_crc32c_combine(e->checksum, bs->crc, e->segments[k].raw_bytes);
-    }
+    for (size_t k = 0; k < e->n_segments; k++)
+      e->segments[k].crc = job->segs[job->first[i] + k].crc;
+    e->checksum = lct__entry_crc(e);
     if (job->items[i].decl.has_checksum && e->checksum != job->items[i].decl.checksum) {
       *failed = i;
       return LCT_ECHECKSUM;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lct_checksum.h"
 #include "server.h"
 
 int lct__entry_new(lct__pool *pool, const uint8_t *key, size_t key_len, size_t n_segments, lct__entry **out) {
@@ -106,6 +107,13 @@ int lct__entry_reserve(lct__server *srv, const uint8_t *key, size_t key_len, con
   }
   *out = e;
   return 0;
+}
+
+uint32_t lct__entry_crc(const lct__entry *e) {
+  uint32_t crc = 0;
+  for (size_t i = 0; i < e->n_segments; i++)
+    crc = i == 0 ? e->segments[0].crc : lct_crc32c_combine(crc, e->segments[i].crc, e->segments[i].raw_bytes);
+  return crc;
 }
 
 void lct__entry_publish(lct__server *srv, lct__entry *e) {

@@ -19,6 +19,7 @@ typedef struct lct__segment {
   size_t alloc_bytes; /* pool bytes held */
   uint64_t raw_offset;
   uint64_t raw_bytes;
+  uint32_t crc;       /* CRC-32C of the raw bytes, set by the put that codes it */
 } lct__segment;
 
 /* A stored tensor. Immutable once installed; refs and the store's fields are
@@ -54,6 +55,8 @@ int lct__entry_new(lct__pool *pool, const uint8_t *key, size_t key_len, size_t n
 int lct__entry_declared(lct__pool *pool, const uint8_t *key, size_t key_len, const lct_put_decl *decl,
                         size_t n_segments, lct__entry **out);
 void lct__entry_ref(lct__entry *e);
+/* The CRC-32C of e's raw bytes, from its segments' crc fields. */
+uint32_t lct__entry_crc(const lct__entry *e);
 /* Drops a reference; the last one frees the segments back to the pool. */
 void lct__entry_unref(lct__entry *e);
 

@@ -31,7 +31,6 @@ typedef struct lct__put_task {
   lct__task task;
   struct lct__put_job *job;
   size_t seg;
-  uint32_t crc;
   lct_encode_stats est;
   int rc;
 } lct__put_task;
@@ -89,7 +88,7 @@ static const uint8_t *lct__put_bytes(const lct__put_src *src, uint64_t off, uint
 static void lct__put_task_run(lct__task *task, int worker) {
   lct__put_task *t = (lct__put_task *)task;
   lct__put_job *job = t->job;
-  const lct__segment *sg = &job->e->segments[t->seg];
+  lct__segment *sg = &job->e->segments[t->seg];
   uint8_t *gathered;
   const uint8_t *src = lct__put_bytes(&job->src, sg->raw_offset, sg->raw_bytes, &gathered);
   size_t esize = lct_dtype_size(job->decl.dtype);
@@ -100,7 +99,7 @@ static void lct__put_task_run(lct__task *task, int worker) {
   }
   t->rc = 0;
   if (job->round & LCT__DO_CRC)
-    t->crc = lct_crc32c(0, src, sg->raw_bytes);
+    sg->crc = lct_crc32c(0, src, sg->raw_bytes);
   if (job->round & LCT__DO_HIST) {
     uint64_t *h = job->hists + t->seg * job->hist_len;
     memset(h, 0, job->hist_len * sizeof *h);
@@ -148,10 +147,7 @@ static void lct__put_task_done(lct__task *task) {
     }
   }
   if (job->round & LCT__DO_CRC) {
-    uint32_t crc = 0;
-    for (size_t i = 0; i < job->n_tasks; i++)
-      crc = i == 0 ? job->tasks[0].crc
-                   : lct_crc32c_combine(crc, job->tasks[i].crc, e->segments[i].raw_bytes);
+    uint32_t crc = lct__entry_crc(e);
     if (job->decl.has_checksum && crc != job->decl.checksum) {
       lct__put_finish(job, LCT_ECHECKSUM, "payload does not match the declared checksum");
       return;

@@ -360,6 +360,12 @@ int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info) {
   return 0;
 }
 
+int lct_blob_next(const void *blobs, size_t len, lct_blob_info *info) {
+  if (!blobs || len < LCT_HEADER_BYTES) return LCT_ECORRUPT;
+  uint64_t blob_bytes = get64((const uint8_t *)blobs + 32);
+  return blob_bytes > len ? LCT_ESIZE : lct_blob_info_read(blobs, (size_t)blob_bytes, info);
+}
+
 /* 64 bits of the stream starting at bit pos; bytes past end read as zero. */
 static inline uint64_t peek64(const uint8_t *base, uint64_t end, uint64_t pos) {
   uint64_t byte = pos >> 3;

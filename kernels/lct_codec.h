@@ -92,6 +92,10 @@ typedef struct lct_blob_info {
   uint32_t n_chunks;
 } lct_blob_info;
 LCT_API int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info);
+/* The first blob of len bytes holding blobs back to back (a put's payload):
+ * lct_blob_info_read over the blob_bytes its header gives; LCT_ESIZE where
+ * those run past len. */
+LCT_API int lct_blob_next(const void *blobs, size_t len, lct_blob_info *info);
 
 /* Decodes a blob of len bytes into dst (cap bytes, any alignment). Every
  * field is validated: a corrupt blob returns LCT_ECORRUPT or LCT_ECHECKSUM,

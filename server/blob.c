@@ -51,19 +51,18 @@ int lct__blobs_walk(lct__blob_layout *lay, uint64_t raw_at, const uint8_t *p, si
   size_t at = 0, n = 0;
   uint64_t raw = raw_at;
   while (at < len) {
-    uint64_t blob_size;
     if (len - at < LCT_HEADER_BYTES) {
       snprintf(why, cap, "blob %zu: %zu bytes left, shorter than a header", n, len - at);
       return LCT_ECORRUPT;
     }
-    memcpy(&blob_size, p + at + 32, sizeof blob_size); /* FORMAT.md: little-endian, as this host */
     lct_blob_info info;
-    int rc = blob_size <= len - at ? lct_blob_info_read(p + at, (size_t)blob_size, &info) : LCT_ECORRUPT;
+    int rc = lct_blob_next(p + at, len - at, &info);
     if (rc != 0) {
       snprintf(why, cap, "blob %zu at byte %zu: malformed header (%s)", n, at,
-               blob_size > len - at ? "blob_size past the payload" : lct_err_name(rc));
+               rc == LCT_ESIZE ? "blob_size past the payload" : lct_err_name(rc));
       return LCT_ECORRUPT;
     }
+    uint64_t blob_size = info.blob_bytes;
     if (info.dtype != (int)d->dtype) {
       snprintf(why, cap, "blob %zu holds dtype %s; the put declares %s", n, lct_dtype_name(info.dtype),
                lct_dtype_name(d->dtype));

@@ -207,6 +207,34 @@ Test(codec, argument_errors) {
   cr_assert_eq(info.raw_bytes, 16);
 }
 
+Test(codec, blob_next_walks_blobs_back_to_back) {
+  /* Two blobs back to back, as a put's payload carries them: the first is
+   * read up to its own end, the second from there; a size past the bytes
+   * given is LCT_ESIZE, a short or broken header LCT_ECORRUPT. */
+  float v[300];
+  for (int i = 0; i < 300; i++) v[i] = (float)i * 0.25f;
+  size_t cap = lct_encode_bound(LCT_DTYPE_F32, 200) + lct_encode_bound(LCT_DTYPE_F32, 100);
+  uint8_t *blobs = malloc(cap);
+  lct_codebook cb;
+  cr_assert_eq(lct_codebook_from_data(LCT_DTYPE_F32, v, 300, &cb), 0);
+  lct_encode_stats a, b;
+  cr_assert_eq(lct_encode(LCT_DTYPE_F32, &cb, v, 200, blobs, cap, &a), 0);
+  cr_assert_eq(lct_encode(LCT_DTYPE_F32, &cb, v + 200, 100, blobs + a.blob_bytes, cap - a.blob_bytes, &b), 0);
+  size_t len = a.blob_bytes + b.blob_bytes;
+  lct_blob_info info;
+  cr_assert_eq(lct_blob_next(blobs, len, &info), 0);
+  cr_assert_eq(info.blob_bytes, a.blob_bytes);
+  cr_assert_eq(info.n_elems, 200);
+  cr_assert_eq(lct_blob_next(blobs + a.blob_bytes, b.blob_bytes, &info), 0);
+  cr_assert_eq(info.n_elems, 100);
+  cr_assert_eq(info.raw_bytes, 400);
+  cr_assert_eq(lct_blob_next(blobs + a.blob_bytes, b.blob_bytes - 1, &info), LCT_ESIZE, "its blob_size runs past");
+  cr_assert_eq(lct_blob_next(blobs, LCT_HEADER_BYTES - 1, &info), LCT_ECORRUPT, "shorter than a header");
+  blobs[a.blob_bytes + 24] ^= 1; /* the second blob's header check */
+  cr_assert_eq(lct_blob_next(blobs + a.blob_bytes, b.blob_bytes, &info), LCT_ECORRUPT);
+  free(blobs);
+}
+
 Test(codec, codebooks_are_taken_by_their_lengths) {
   /* The encoder codes with what the blob's codebook bytes say: a codebook
    * struct whose codes were altered still round-trips, and one whose lengths

@@ -967,8 +967,10 @@ static int lct__cuda_write(void *ctx, const void *src, size_t len, void *blob) {
   LCT__CUDA_LOGGED(cudaSetDevice(g->device));
   LCT__CUDA_LOGGED(cudaMemcpy(blob, src, len, cudaMemcpyHostToDevice));
   /* From pageable memory the copy may return before its last DMA lands; a
-   * release right after (a restore that fails) could unmap under it. */
-  LCT__CUDA_LOGGED(cudaDeviceSynchronize());
+   * release right after (a restore that fails) could unmap under it. The
+   * copy ran on the legacy default stream, which the codec workers' streams
+   * (non-blocking) do not join: waiting for it waits for no encode or batch. */
+  LCT__CUDA_LOGGED(cudaStreamSynchronize(cudaStreamLegacy));
   return 0;
 }
 

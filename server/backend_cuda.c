@@ -413,6 +413,11 @@ static int lct__queue_end(cudaStream_t stream, int rc) {
   return rc;
 }
 
+/* The bytes of the staging piece at off of a copy of bytes. */
+static size_t lct__piece_len(size_t bytes, size_t off) {
+  return bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
+}
+
 /* Queues the copy of bytes from the host message src to dev on w's stream;
  * src may be reused once the call returns. */
 static int lct__stage_in(lct__cuda_worker *w, void *dev, const void *src, size_t bytes) {
@@ -421,7 +426,7 @@ static int lct__stage_in(lct__cuda_worker *w, void *dev, const void *src, size_t
     return 0;
   }
   for (size_t off = 0, k = 0; off < bytes; off += LCT__STAGE_PIECE, k++) {
-    size_t len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE, slot = k % (size_t)w->slots;
+    size_t len = lct__piece_len(bytes, off), slot = k % (size_t)w->slots;
     char *piece = w->stage + slot * LCT__STAGE_PIECE;
     LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[slot])); /* the piece's last DMA has read it */
     memcpy(piece, (const char *)src + off, len);
@@ -433,8 +438,7 @@ static int lct__stage_in(lct__cuda_worker *w, void *dev, const void *src, size_t
 
 /* Queues piece k of a download from dev into its slot of the ring. */
 static int lct__stage_piece_out(lct__cuda_worker *w, const void *dev, size_t bytes, size_t k) {
-  size_t off = k * LCT__STAGE_PIECE, len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
-  size_t slot = k % (size_t)w->slots;
+  size_t off = k * LCT__STAGE_PIECE, len = lct__piece_len(bytes, off), slot = k % (size_t)w->slots;
   LCT__CUDA_LOGGED(cudaMemcpyAsync(w->stage + slot * LCT__STAGE_PIECE, (const char *)dev + off, len,
                                    cudaMemcpyDeviceToHost, w->stream));
   LCT__CUDA_LOGGED(cudaEventRecord(w->staged[slot], w->stream));
@@ -454,7 +458,7 @@ static int lct__stage_out(lct__cuda_worker *w, void *dst, const void *dev, size_
   for (size_t k = 0; k < pieces && k < slots && rc == 0; k++)
     rc = lct__stage_piece_out(w, dev, bytes, k);
   for (size_t k = 0; k < pieces && rc == 0; k++) {
-    size_t off = k * LCT__STAGE_PIECE, len = bytes - off < LCT__STAGE_PIECE ? bytes - off : LCT__STAGE_PIECE;
+    size_t off = k * LCT__STAGE_PIECE, len = lct__piece_len(bytes, off);
     LCT__CUDA_LOGGED(cudaEventSynchronize(w->staged[k % slots]));
     memcpy((char *)dst + off, w->stage + k % slots * LCT__STAGE_PIECE, len); /* while the next pieces land */
     if (k + slots < pieces)

@@ -65,9 +65,9 @@ static const lct__cfg_def lct__cfg_table[] = {
      "long unused; until then, memory the client frees stays allocated on the GPU"},
     {"device", LCT__CFG_INT, LCT__OFF(device), 0, 255, "0", NULL, 0, NULL, "CUDA device ordinal"},
     {"host_staging", LCT__CFG_ENUM, LCT__OFF(host_staging), 0, 0, "pinned", lct__stagings, 0, NULL,
-     "cuda: how the bytes of puts and gets from the host path cross the bus: pinned (each codec worker copies "
-     "them in 256K pieces through a pinned ring of its segment's size, at most 4M, its copies overlapping the "
-     "DMA) or pageable (the driver stages them)"},
+     "cuda: how the raw bytes of host-path puts and gets that lctd codes cross the bus: pinned (each codec "
+     "worker copies them in 256K pieces through a pinned ring of its segment's size, 512K to 4M, its copies "
+     "overlapping the DMA) or pageable (the driver stages them)"},
     {"frame_size", LCT__CFG_SIZE, LCT__OFF(frame_size), LCT_FRAME_MIN, LCT_FRAME_MAX, "16M", NULL, 0,
      NULL, "largest payload of one message; larger tensors travel in several"},
     {"segment_size", LCT__CFG_SIZE, LCT__OFF(segment_size), 64 << 10, LCT_FRAME_MAX, "1M", NULL, 0,

@@ -19,7 +19,7 @@ typedef struct lct__segment {
   size_t alloc_bytes; /* pool bytes held */
   uint64_t raw_offset;
   uint64_t raw_bytes;
-  uint32_t crc;       /* CRC-32C of the raw bytes, set by the put that codes it */
+  uint32_t crc;       /* CRC-32C of the raw bytes, while the put that makes the entry runs (0 once restored) */
 } lct__segment;
 
 /* A stored tensor. Immutable once installed; refs and the store's fields are

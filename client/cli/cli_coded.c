@@ -150,17 +150,11 @@ int cli_get_decoded(lct_client *c, const char *key, int threads, void **data, lc
   /* The blobs' headers, checked as they are split: the decoders check the rest. */
   for (size_t at = 0; rc == 0 && at < len; n++) {
     lct_blob_info bi;
-    uint64_t size;
-    if (len - at < LCT_HEADER_BYTES) {
+    if (lct_blob_next((const uint8_t *)blobs + at, len - at, &bi) != 0 || bi.raw_bytes > info->raw_bytes - off) {
       rc = LCT_ECORRUPT;
       break;
     }
-    memcpy(&size, (const uint8_t *)blobs + at + 32, sizeof size);
-    if (size > len - at || (rc = lct_blob_info_read((const uint8_t *)blobs + at, (size_t)size, &bi)) != 0 ||
-        bi.raw_bytes > info->raw_bytes - off) {
-      rc = LCT_ECORRUPT;
-      break;
-    }
+    size_t size = (size_t)bi.blob_bytes;
     if (n == cap) {
       cli_seg *more = realloc(segs, 2 * cap * sizeof *segs);
       if (more == NULL) {
@@ -170,8 +164,8 @@ int cli_get_decoded(lct_client *c, const char *key, int threads, void **data, lc
       segs = more;
       cap *= 2;
     }
-    segs[n] = (cli_seg){(const uint8_t *)blobs + at, (size_t)size, raw + off, (size_t)bi.raw_bytes, 1, 0};
-    at += (size_t)size;
+    segs[n] = (cli_seg){(const uint8_t *)blobs + at, size, raw + off, (size_t)bi.raw_bytes, 1, 0};
+    at += size;
     off += bi.raw_bytes;
   }
   if (rc == 0 && off != info->raw_bytes)

@@ -136,7 +136,8 @@ class CompressedAdamW(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict):
         """torch's, but the fp32 master weights and moments of 16-bit parameters keep their dtype (torch would
-        cast them to the parameter's); they are compressed again at the next step."""
+        cast them to the parameter's), and states saved as DTensors (torch.optim.AdamW under FSDP2) become their
+        local shards; they are compressed again at the next step."""
         super().load_state_dict(state_dict)
         ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
@@ -144,7 +145,9 @@ class CompressedAdamW(torch.optim.Optimizer):
             saved = state_dict["state"].get(i, {})
             for k in _STATES:
                 if k in saved and torch.is_tensor(saved[k]) and saved[k].dtype != p.dtype:
-                    self.state[p][k] = saved[k].to(device=p.device, copy=True)
+                    self.state[p][k] = local(saved[k]).to(device=p.device, copy=True)
+                elif torch.is_tensor(self.state[p].get(k)):
+                    self.state[p][k] = local(self.state[p][k])
 
     def state_dict(self):
         """torch's optimizer state dict with every state decoded (what torch.optim.AdamW would hold)."""

@@ -911,10 +911,14 @@ static uint64_t lct__cuda_ipc_trim(void *ctx, uint64_t idle_ms) {
     if (m->base == NULL)
       continue;
     if (m->refs == 0 && idle_ms != UINT64_MAX && now - m->idle_ms >= idle_ms) {
-      LCT__CUDA_LOGGED(cudaSetDevice(g->device));
-      LCT__CUDA_LOGGED(cudaIpcCloseMemHandle(m->base));
-      m->base = NULL;
-      continue;
+      cudaError_t e = cudaSetDevice(g->device);
+      if (e == cudaSuccess)
+        e = cudaIpcCloseMemHandle(m->base);
+      if (e == cudaSuccess) {
+        m->base = NULL;
+        continue;
+      }
+      lct__cuda_fail(e, "closing an idle client mapping"); /* it stays mapped, and counted */
     }
     mapped += m->size;
   }

@@ -254,13 +254,11 @@ void lct__op_put_chunk(lct__request *rq) {
   }
   /* A shared put's chunks come in any order, each once: with no overlap, the received bytes cover the
    * tensor exactly once they add up to it. */
-  for (size_t i = 0; p->shared && i < p->n_pieces; i++) {
-    const lct__piece *q = &p->pieces[i];
-    if (off < q->offset + q->raw_len && q->offset < off + raw_len) {
-      lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 " overlaps the one received at %" PRIu64, off,
-                       q->offset);
-      return;
-    }
+  const lct__piece *q = p->shared && raw_len > 0 ? lct__staging_overlap(p, off, raw_len) : NULL;
+  if (q != NULL) {
+    lct__reply_error(rq, LCT_EINVAL, "chunk at offset %" PRIu64 " overlaps the one received at %" PRIu64, off,
+                     q->offset);
+    return;
   }
   if (len > 0) {
     /* The put keeps the message: no copy of the payload. */
@@ -279,11 +277,6 @@ void lct__op_put_chunk(lct__request *rq) {
   rp.has_received = 1;
   rp.received = p->received;
   lct__reply(rq, &rp, NULL, 0);
-}
-
-static int lct__piece_order(const void *a, const void *b) {
-  uint64_t x = ((const lct__piece *)a)->offset, y = ((const lct__piece *)b)->offset;
-  return x < y ? -1 : x > y;
 }
 
 /* A committed encoded put's blobs, walked again in raw order: they must
@@ -335,8 +328,6 @@ void lct__op_put_commit(lct__request *rq) {
                      p->received, p->decl.raw_bytes);
     return;
   }
-  if (p->shared) /* complete and without overlaps (chunk by chunk): in order, they tile the tensor */
-    qsort(p->pieces, p->n_pieces, sizeof *p->pieces, lct__piece_order);
   if (!p->encoded && !lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 0, 1))
     return;
   lct__staging_take(rq->srv->staging, p);

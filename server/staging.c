@@ -150,6 +150,28 @@ lct__pending *lct__staging_find(lct__staging *st, uint64_t id, uint64_t conn) {
   return p != NULL && (p->conn == conn || p->shared) ? p : NULL;
 }
 
+/* The index of p's first piece starting after offset. */
+static size_t lct__piece_after(const lct__pending *p, uint64_t offset) {
+  size_t lo = 0, hi = p->n_pieces;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (p->pieces[mid].offset <= offset)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+const lct__piece *lct__staging_overlap(const lct__pending *p, uint64_t offset, uint64_t raw_len) {
+  size_t i = lct__piece_after(p, offset); /* pieces before i start at or before offset, disjoint */
+  if (i > 0 && p->pieces[i - 1].offset + p->pieces[i - 1].raw_len > offset)
+    return &p->pieces[i - 1];
+  if (i < p->n_pieces && p->pieces[i].offset < offset + raw_len)
+    return &p->pieces[i];
+  return NULL;
+}
+
 int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,
                      size_t len, uint64_t offset, uint64_t raw_len) {
   lct__stats *stats = &st->srv->stats;
@@ -166,7 +188,10 @@ int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_by
     p->pieces = pieces;
     p->cap_pieces = cap;
   }
-  p->pieces[p->n_pieces++] = (lct__piece){msg, bytes, offset, len, raw_len};
+  size_t at = lct__piece_after(p, offset); /* the end, for chunks in order */
+  memmove(&p->pieces[at + 1], &p->pieces[at], (p->n_pieces - at) * sizeof *p->pieces);
+  p->pieces[at] = (lct__piece){msg, bytes, offset, len, raw_len};
+  p->n_pieces++;
   p->received += raw_len;
   p->framing += framing;
   stats->staging_bytes += framing;

@@ -42,9 +42,13 @@ int lct__staging_begin(lct__staging *st, uint64_t conn, const uint8_t *key, size
 /* The open put id of connection conn; NULL for an id that is not open or
  * that another connection began (unless the put is shared). */
 lct__pending *lct__staging_find(lct__staging *st, uint64_t id, uint64_t conn);
+/* The piece already received whose raw bytes meet [offset, offset +
+ * raw_len), or NULL: a binary search over p's pieces, kept in offset order. */
+const lct__piece *lct__staging_overlap(const lct__pending *p, uint64_t offset, uint64_t raw_len);
 /* Adds the len bytes of a chunk that sit in the nanomsg message msg of
  * msg_bytes and hold the tensor's raw_len raw bytes from offset (raw_len is
- * len but for an encoded put's blobs); the put takes msg over on success (0).
+ * len but for an encoded put's blobs), in offset order among p's pieces (a
+ * shared put's chunks come in any order); the put takes msg over on success (0).
  * The message's bytes beyond those raw bytes count against the staging
  * budget too: LCT_ENOMEM when they do not fit (or out of memory). */
 int lct__staging_add(lct__staging *st, lct__pending *p, void *msg, size_t msg_bytes, const uint8_t *bytes,

@@ -142,12 +142,12 @@ class CompressedAdamW(torch.optim.Optimizer):
         ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
         for i, p in zip(ids, params):
-            saved = state_dict["state"].get(i, {})
+            saved, state = state_dict["state"].get(i, {}), self.state.get(p)
             for k in _STATES:
                 if k in saved and torch.is_tensor(saved[k]) and saved[k].dtype != p.dtype:
-                    self.state[p][k] = local(saved[k]).to(device=p.device, copy=True)
-                elif torch.is_tensor(self.state[p].get(k)):
-                    self.state[p][k] = local(self.state[p][k])
+                    state[k] = local(saved[k]).to(device=p.device, copy=True)
+                elif state is not None and torch.is_tensor(state.get(k)):
+                    state[k] = local(state[k])
 
     def state_dict(self):
         """torch's optimizer state dict with every state decoded (what torch.optim.AdamW would hold)."""

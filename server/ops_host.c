@@ -270,9 +270,9 @@ void lct__op_put_chunk(lct__request *rq) {
       return;
     }
     rq->msg = NULL;
+    lct__staging_touch(rq->srv->staging, p); /* only progress keeps a put alive: empty chunks do not */
   }
   p->seg = seg;
-  lct__staging_touch(rq->srv->staging, p);
   Lctpb__Reply rp = LCTPB__REPLY__INIT;
   rp.has_received = 1;
   rp.received = p->received;

@@ -103,7 +103,8 @@ struct lct__snapshot {
   int dir;           /* persist_dir, open */
   uint8_t *buf;      /* host staging for blobs of a device backend */
   lct__entry **entries; /* per stored key as the save began: its entry if not on disk yet (referenced), else NULL */
-  uint8_t *written;  /* per entry: written by this save */
+  uint8_t *written;  /* per entry: written by this save (durable once synced) */
+  int synced;        /* the directory was fsynced after the renames */
   char (*names)[LCT__SNAP_NAME + 1]; /* per entry: its file name */
   size_t n, cap;
   int rc;            /* LCT_EIO until written, and when a file or the directory failed */
@@ -209,6 +210,34 @@ int lct__persist_begin(lct__server *srv, lct__snapshot **out) {
 
 static int lct__name_cmp(const void *a, const void *b) { return strcmp(a, b); }
 
+/* Removes the files of keys deleted before the save began; 0, or -1 when
+ * the directory cannot be listed (the files stay until a later save). The
+ * names are sorted in place: nothing reads them by entry after the writes. */
+static int lct__remove_deleted(lct__snapshot *sv) {
+  int dfd = dup(sv->dir);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (d == NULL) {
+    if (dfd >= 0)
+      close(dfd);
+    lct__log_error("persist: cannot list %s: %s", sv->dir_path, strerror(errno));
+    return -1;
+  }
+  qsort(sv->names, sv->n, sizeof *sv->names, lct__name_cmp);
+  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    struct stat sb;
+    if (lct__is_snap_name(de->d_name) &&
+        bsearch(de->d_name, sv->names, sv->n, sizeof *sv->names, lct__name_cmp) == NULL &&
+        fstatat(sv->dir, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) {
+      if (unlinkat(sv->dir, de->d_name, 0) == 0)
+        sv->r.removed++;
+      else
+        lct__log_error("persist: cannot remove %s/%s: %s", sv->dir_path, de->d_name, strerror(errno));
+    }
+  }
+  closedir(d);
+  return 0;
+}
+
 void lct__persist_write(lct__snapshot *sv) {
   sv->dir = open(sv->dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (sv->dir < 0) {
@@ -229,34 +258,14 @@ void lct__persist_write(lct__snapshot *sv) {
     sv->written[i] = 1;
     sv->r.written++;
   }
-  /* Files of keys deleted before the save began. The names are sorted in
-   * place: nothing reads them by entry after the writes. */
-  int dfd = dup(sv->dir);
-  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-  if (d == NULL) {
-    if (dfd >= 0)
-      close(dfd);
-    lct__log_error("persist: cannot list %s: %s", sv->dir_path, strerror(errno));
-    return;
-  }
-  qsort(sv->names, sv->n, sizeof *sv->names, lct__name_cmp);
-  for (struct dirent *de; (de = readdir(d)) != NULL;) {
-    struct stat sb;
-    if (lct__is_snap_name(de->d_name) &&
-        bsearch(de->d_name, sv->names, sv->n, sizeof *sv->names, lct__name_cmp) == NULL &&
-        fstatat(sv->dir, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) {
-      if (unlinkat(sv->dir, de->d_name, 0) == 0)
-        sv->r.removed++;
-      else
-        lct__log_error("persist: cannot remove %s/%s: %s", sv->dir_path, de->d_name, strerror(errno));
-    }
-  }
-  closedir(d);
+  int listed = lct__remove_deleted(sv) == 0;
+  /* The renames last only once the directory is synced: until then no entry counts as on disk. */
   if (fsync(sv->dir) != 0) {
     lct__log_error("persist: fsync %s: %s", sv->dir_path, strerror(errno));
     return;
   }
-  sv->rc = sv->r.failed == 0 ? 0 : LCT_EIO;
+  sv->synced = 1;
+  sv->rc = sv->r.failed == 0 && listed ? 0 : LCT_EIO;
 }
 
 void lct__persist_failed(lct__server *srv) {
@@ -266,7 +275,7 @@ void lct__persist_failed(lct__server *srv) {
 
 int lct__persist_end(lct__server *srv, lct__snapshot *sv, lct__persist_result *r) {
   for (size_t i = 0; i < sv->n; i++)
-    if (sv->written[i])
+    if (sv->written[i] && sv->synced)
       sv->entries[i]->persisted = 1;
   *r = sv->r;
   int rc = sv->rc;
@@ -375,12 +384,23 @@ static int lct__load_file(lct__server *srv, int fd, uint64_t size, lct__entry **
   return rc;
 }
 
-/* Moves a file that failed to load aside, so that saves never remove it. */
-static void lct__set_aside(const lct__server *srv, int dir, const char *name, const char *suffix) {
-  char to[LCT__SNAP_NAME + 16];
-  snprintf(to, sizeof to, "%s%s", name, suffix);
-  if (renameat(dir, name, dir, to) != 0)
-    lct__log_error("persist: cannot rename %s/%s: %s", srv->cfg.persist_dir, name, strerror(errno));
+/* Moves a file that failed to load aside, so that saves never remove it:
+ * to name + suffix, or the first of name + suffix + ".1" .. ".15" that is
+ * free, so that an older file set aside for the same key stays. Returns 0,
+ * or -1 with errno when the file stays at its name. */
+static int lct__set_aside(int dir, const char *name, const char *suffix, char to[LCT__SNAP_NAME + 24]) {
+  for (int k = 0; k < 16; k++) {
+    if (k == 0)
+      snprintf(to, LCT__SNAP_NAME + 24, "%s%s", name, suffix);
+    else
+      snprintf(to, LCT__SNAP_NAME + 24, "%s%s.%d", name, suffix, k);
+    struct stat sb;
+    if (fstatat(dir, to, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+      continue;
+    return errno == ENOENT ? renameat(dir, name, dir, to) : -1;
+  }
+  errno = EEXIST;
+  return -1;
 }
 
 int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
@@ -401,7 +421,8 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
     return LCT_EIO;
   }
   uint64_t restored = 0, skipped = 0;
-  for (struct dirent *de; (de = readdir(d)) != NULL;) {
+  int rc = 0;
+  for (struct dirent *de; (errno = 0, de = readdir(d)) != NULL;) {
     const char *name = de->d_name;
     size_t len = strlen(name);
     int tmp = name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0;
@@ -411,55 +432,68 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
     struct stat sb;
     const char *kind;
     int fd = lct__open_regular(dir, name, &sb, &kind);
-    if (fd < 0) {
-      if (kind != NULL)
-        lct__log_error("persist: %s/%s is %s; skipped and left alone", path, name, kind);
-      else
-        lct__log_error("persist: cannot read %s/%s: %s; skipped", path, name, strerror(errno));
+    if (fd < 0 && kind != NULL) {
+      lct__log_error("persist: %s/%s is %s; skipped and left alone", path, name, kind);
       skipped++;
       continue;
     }
+    const char *why = "", *aside = NULL;
+    if (fd < 0) {
+      why = strerror(errno);
+      aside = ".unloaded";
+    }
     if (tmp) {
-      close(fd);
+      if (fd >= 0)
+        close(fd);
       lct__log_warn("persist: removing %s/%s, left by an interrupted save", path, name);
       unlinkat(dir, name, 0);
       continue;
     }
-    lct__entry *e = NULL;
-    const char *why = "";
-    int rc = lct__load_file(srv, fd, (uint64_t)sb.st_size, &e, &why);
-    close(fd);
-    if (rc == LCT_ECORRUPT) {
-      lct__log_error("persist: %s/%s is corrupt or partial (%s); skipped and renamed %s.corrupt", path,
-                     name, why, name);
-      lct__set_aside(srv, dir, name, ".corrupt");
-      skipped++;
-      continue;
+    const char *what = "cannot be read";
+    char because[192];
+    if (fd >= 0) {
+      lct__entry *e = NULL;
+      int lrc = lct__load_file(srv, fd, (uint64_t)sb.st_size, &e, &why);
+      close(fd);
+      char want[LCT__SNAP_NAME + 1];
+      if (lrc == 0) {
+        lct__snap_name(e->key, e->key_len, want);
+        if (strcmp(want, name) == 0) {
+          lct__store_restore(srv->store, e);
+          restored++;
+          continue;
+        }
+        lct__entry_unref(e);
+        what = "holds another key's tensor", aside = ".corrupt";
+      } else if (lrc == LCT_ECORRUPT) {
+        what = "is corrupt or partial", aside = ".corrupt";
+      } else {
+        /* Intact, but not loaded now: the pool is full, the file's segments
+         * are larger than segment_size, or the copy into the pool failed. */
+        snprintf(because, sizeof because, "%s: %s", lct_strerror(lrc), why);
+        what = lrc == LCT_EIO ? "could not be loaded" : "does not fit", aside = ".unloaded", why = because;
+      }
     }
-    if (rc != 0) {
-      /* Intact, but not loaded now: the pool is full, the file's segments
-       * are larger than segment_size, or the copy into the pool failed. */
-      lct__log_error("persist: %s/%s %s (%s: %s); skipped and renamed %s.unloaded", path, name,
-                     rc == LCT_EIO ? "could not be loaded" : "does not fit", lct_strerror(rc), why, name);
-      lct__set_aside(srv, dir, name, ".unloaded");
-      skipped++;
-      continue;
+    char to[LCT__SNAP_NAME + 24];
+    if (lct__set_aside(dir, name, aside, to) != 0) {
+      /* Left at its name, the next save would remove it as a deleted key's. */
+      snprintf(err, errlen, "persist: %s/%s %s (%s) and cannot be renamed aside (%s): move it out of %s",
+               path, name, what, why, strerror(errno), path);
+      rc = LCT_EIO;
+      break;
     }
-    char want[LCT__SNAP_NAME + 1];
-    lct__snap_name(e->key, e->key_len, want);
-    if (strcmp(want, name) != 0) {
-      lct__log_error("persist: %s/%s holds another key's tensor; skipped and renamed %s.corrupt", path,
-                     name, name);
-      lct__entry_unref(e);
-      lct__set_aside(srv, dir, name, ".corrupt");
-      skipped++;
-      continue;
-    }
-    lct__store_restore(srv->store, e);
-    restored++;
+    lct__log_error("persist: %s/%s %s (%s); skipped and renamed %s", path, name, what, why, to);
+    skipped++;
+  }
+  if (rc == 0 && errno != 0) {
+    /* The files not yet read would look like deleted keys' to the next save. */
+    snprintf(err, errlen, "persist_dir: cannot list %s: %s", path, strerror(errno));
+    rc = LCT_EIO;
   }
   closedir(d);
   close(dir);
+  if (rc != 0)
+    return rc;
   srv->stats.persist_restored = restored;
   srv->stats.persist_skipped = skipped;
   lct__log_info("persist: restored %" PRIu64 " tensors from %s%s", restored, path,

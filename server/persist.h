@@ -63,12 +63,14 @@ void lct__save_abandon(lct__server *srv);
 /* Restores every snapshot file of persist_dir (server/snapshot_file.h) into
  * the store with its version, checksum, codebook and coded bytes. A corrupt
  * or truncated file is logged, renamed NAME.corrupt and skipped; one that
- * does not fit the pool, or was saved with segments larger than
- * segment_size, is renamed NAME.unloaded; leftover temporary files of an
- * interrupted save are removed. Anything at a snapshot's name that is not a
- * regular file (a symbolic link, FIFO, directory) is logged, counted as
- * skipped and left alone. Never fails for a bad file; LCT_EIO only when the
- * directory itself cannot be read or created. */
+ * cannot be opened, does not fit the pool, or was saved with segments larger
+ * than segment_size, is renamed NAME.unloaded (NAME.corrupt.1 and so on
+ * where those names are taken); leftover temporary files of an interrupted
+ * save are removed. Anything at a snapshot's name that is not a regular file
+ * (a symbolic link, FIFO, directory) is logged, counted as skipped and left
+ * alone. LCT_EIO, with err saying why, when the directory cannot be created
+ * or listed, or a file that did not load cannot be renamed aside: a save
+ * would then take it for a deleted key's file and remove it. */
 int lct__persist_load(lct__server *srv, char *err, size_t errlen);
 
 #endif

@@ -968,6 +968,28 @@ static void start_short_timeout(void) {
   test_lctd_start(&daemon_, extra);
 }
 
+Test(client, empty_chunks_do_not_keep_a_put_alive, .init = start_short_timeout, .fini = stop) {
+  /* A put's staging is held until it completes or stops making progress: chunks without bytes, sent more
+   * often than put_timeout, are answered but do not hold it past the timeout. */
+  uint8_t data[4096];
+  memset(data, 3, sizeof data);
+  raw_conn r = raw_open(daemon_.ipc);
+  uint64_t shape[1] = {sizeof data}, id = raw_begin(&r, "idle", shape, 0);
+  Lctpb__Request k = put_op(LCTPB__OP__OP_PUT_CHUNK, id);
+  cr_assert_eq(raw_call(&r, &k, data, 1000, NULL), 0, "a chunk with bytes");
+  k.offset = 1000;
+  uint32_t s = 0;
+  for (int i = 0; i < 40 && (s = raw_call(&r, &k, data, 0, NULL)) == 0; i++) test_sleep_ms(50);
+  cr_assert_eq(s, 9, "2 s of empty chunks every 50 ms: the put expired after its 300 ms (ENOENT), got %u", s);
+  lct_client *c = test_connect(daemon_.ipc);
+  lct_server_stats st = test_stats(c);
+  cr_assert_eq(st.pending_puts, 0);
+  cr_assert_eq(st.puts_expired, 1);
+  cr_assert_eq(st.staging_bytes, 0, "its staging was given back");
+  lct_close(c);
+  nn_close(r.sock);
+}
+
 Test(client, client_killed_mid_put, .init = start_short_timeout, .fini = stop) {
   size_t n = 300000;
   uint8_t *ref = test_bf16_data(8, n);

@@ -503,6 +503,46 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual(len([f for f in os.listdir(pdir) if f.endswith(".corrupt")]), 3,
                          "a save never removes a file set aside")
 
+    def corrupt_snapshot_of(self, pdir, key):
+        """Puts key into an lctd on pdir, stops it, and cuts the key's file short: its path."""
+        d = self.start("--persist-dir", pdir, "--log-level", "warn")
+        d.client().put(key, b"\x07" * 4000, dtype="raw")
+        self.assertEqual(d.stop(), 0)
+        (name,) = [f for f in os.listdir(pdir) if f.endswith(".lct")]
+        path = os.path.join(pdir, name)
+        with open(path, "r+b") as f:
+            f.truncate(100)
+        return path
+
+    def test_persist_set_aside_keeps_the_older_file(self):
+        """A key's file found corrupt at two starts: the second is set aside beside the first, not over it."""
+        pdir = os.path.join(self.tmp, "state")
+        path = self.corrupt_snapshot_of(pdir, "k")
+        first = pathlib.Path(path).read_bytes()
+        d = self.start("--persist-dir", pdir, "--log-level", "warn")
+        self.assertEqual(d.stop(), 0)
+        self.corrupt_snapshot_of(pdir, "k")
+        d = self.start("--persist-dir", pdir, "--log-level", "warn")
+        self.assertEqual(d.stop(), 0)
+        self.assertIn(f"renamed {os.path.basename(path)}.corrupt.1", d.stderr())
+        self.assertEqual(pathlib.Path(path + ".corrupt").read_bytes(), first)
+        self.assertTrue(os.path.exists(path + ".corrupt.1"))
+        self.assertFalse(os.path.exists(path))
+
+    def test_persist_refuses_to_start_over_a_file_it_cannot_set_aside(self):
+        """A file that did not load and cannot leave its name would be removed by the next save: lctd refuses to
+        start, says why, and the file stays."""
+        pdir = os.path.join(self.tmp, "state")
+        path = self.corrupt_snapshot_of(pdir, "k")
+        kept = pathlib.Path(path).read_bytes()
+        for k in range(16):  # every name it could be set aside under is taken
+            os.mkdir(path + ".corrupt" + (f".{k}" if k else ""))
+        d = self.start("--persist-dir", pdir, "--log-level", "warn", wait=False)
+        self.assertNotEqual(d.proc.wait(timeout=20), 0)
+        d.log.close()
+        self.assertIn("cannot be renamed aside", d.stderr())
+        self.assertEqual(pathlib.Path(path).read_bytes(), kept)
+
     def test_corrupt_blob_reads_as_ecorrupt(self):
         """A blob corrupted at rest, in a snapshot whose file CRC still holds: every get answers LCT_ECORRUPT."""
         pdir = os.path.join(self.tmp, "state")

@@ -284,7 +284,11 @@ LCT_API void lct_job_free(lct_job *job);
  * queues a lct_put, lct_submit_get a lct_get, on the client's job thread
  * (the queue of the device jobs above, with the same rules: `after`, waits,
  * errors, lct_close; data, buf and info stay valid until the job has
- * finished), one after another, while the caller goes on. */
+ * finished), in order, while the caller goes on. Jobs that fit one frame
+ * and wait for no other go out together, several requests in flight, except
+ * that a job on a key waits for the earlier ones on that key: jobs on one
+ * key take effect in the order submitted, jobs on different keys may finish
+ * in any order. */
 LCT_API int lct_submit_put(lct_client *c, const char *key, lct_dtype dtype, const uint64_t *shape, int ndim,
                            const void *data, size_t bytes, lct_tensor_info *info, lct_job *after, lct_job **job);
 LCT_API int lct_submit_get(lct_client *c, const char *key, void *buf, size_t cap, lct_tensor_info *info,

@@ -194,8 +194,10 @@ static int lct__await(lct_client *c, const uint32_t *ids, size_t n, uint64_t bre
           *len = got;
           return 0;
         }
-        nn_freemsg(m);
-        continue;
+        nn_freemsg(m); /* a late reply to an abandoned request: the deadline still holds */
+        if (lct__now_ms() < deadline)
+          continue;
+        break;
       }
       int e = nn_errno();
       if (e == EINTR)

@@ -71,6 +71,18 @@ static int lct__device_sync(lct_client *c, cudaEvent_t event) {
                                                        : "synchronizing the buffer's device");
 }
 
+/* lct__device_sync with the buffer's device current, as the host path needs
+ * before its copies. */
+static int lct__device_sync_on(lct_client *c, int device, cudaEvent_t event) {
+  int prev;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e != cudaSuccess || (e = cudaSetDevice(device)) != cudaSuccess)
+    return lct__cuda_fail(c, e, "selecting the buffer's device");
+  int rc = lct__device_sync(c, event);
+  cudaSetDevice(prev); /* best effort: the synchronization's outcome is the one to report */
+  return rc;
+}
+
 /* Synchronizes (with sync: lct__device_sync) the GPU of allocation a, and
  * describes the buffer [dptr, dptr + bytes) in it for lctd: the
  * allocation's IPC handle (exported once per allocation), the offset into
@@ -315,8 +327,10 @@ int lct__device_many(lct_client *c, int put, const lct_device_tensor *t, size_t 
       size_t item = 0;
       /* Work queued on the buffers' GPU completes first: one synchronization per device. A client
        * held to the host path does as one on another host would after lctd's LCT_ENOIPC. */
-      rc = c->host_path ? LCT_ENOIPC
-                        : lct__many_call(c, put, &a, t, items, from, to, a.device != synced, (cudaEvent_t)event, &item);
+      if (!c->host_path)
+        rc = lct__many_call(c, put, &a, t, items, from, to, a.device != synced, (cudaEvent_t)event, &item);
+      else if (a.device == synced || (rc = lct__device_sync_on(c, a.device, (cudaEvent_t)event)) == 0)
+        rc = LCT_ENOIPC;
       synced = a.device;
       if (lct__fallback(rc)) { /* the host path, item by item */
         rc = 0;

@@ -195,18 +195,23 @@ int lct_put_stream_write(lct_put_stream *s, const void *bytes, size_t len) {
   return rc;
 }
 
+/* Whether rc says lctd did not answer in time or the connection is gone: no further request would fare better. */
+static int lct__unreachable(int rc) { return rc == LCT_ETIMEDOUT || rc == LCT_ECONN || rc == LCT_ERESTARTED; }
+
 void lct_put_stream_abort(lct_put_stream *s) {
   if (s == NULL)
     return;
   lct_client *c = s->c;
   char saved[sizeof c->err];
   memcpy(saved, c->err, sizeof saved);
-  /* Best effort: free lctd's staging now rather than at put-timeout. */
-  if (lct__window_drain(c, &s->w, NULL, NULL) == 0 || s->rc == 0 || s->rc < 0) {
+  /* Best effort: free lctd's staging now rather than at put-timeout; not where lctd has just failed to
+   * answer or is gone, so that an abort waits at most one timeout. */
+  int drained = lct__window_drain(c, &s->w, NULL, NULL);
+  if (!lct__unreachable(drained) && !lct__unreachable(s->rc)) {
     lct__reply r;
     s->ch.op = LCTPB__OP__OP_PUT_ABORT;
     s->ch.has_offset = 0;
-    if (s->rc != LCT_ETIMEDOUT && s->rc != LCT_ECONN && s->rc != LCT_ERESTARTED && lct__call(c, &s->ch, NULL, 0, &r) == 0)
+    if (lct__call(c, &s->ch, NULL, 0, &r) == 0)
       lct__reply_free(&r);
   }
   memcpy(c->err, saved, sizeof saved);

@@ -79,4 +79,5 @@ expect_error "stat $dead_key (lctd at .*): no such key" "$lct" stat "$dead_key"
 expect_error "give --endpoint or --endpoints, not both" "$lct" --endpoint "${eps[0]}" --endpoints "$all" ping
 expect_error "bad endpoint list" "$lct" --endpoints "${eps[0]},,${eps[2]}" ls
 expect_error "bad endpoint list" "$lct" --endpoints "${eps[0]},${eps[0]}" ls
+expect_error "bad endpoint list 'nowhere'" "$lct" --endpoint nowhere ls   # the list it was given, not \$LCT_ENDPOINTS
 echo "lct over an endpoint set: ok"

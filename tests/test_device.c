@@ -153,10 +153,7 @@ Test(device, mapping_cached_and_checked, .fini = stop) {
 
 /* With a stream set, the device calls wait for that stream only: bytes it is
  * still copying in when the put is called are the bytes stored. */
-Test(device, stream_scoped_synchronization, .fini = stop) {
-  NEED_GPU();
-  start("cuda");
-  lct_client *c = test_connect(lctd.ipc);
+static void stream_scoped_round_trip(lct_client *c) {
   size_t bytes = 64 << 20, n = bytes / 4;
   float *host, *back, *a, *b;
   CUDA_CHECK(cudaMallocHost((void **)&host, bytes));
@@ -190,6 +187,28 @@ Test(device, stream_scoped_synchronization, .fini = stop) {
   CUDA_CHECK(cudaFree(b));
   CUDA_CHECK(cudaFreeHost(host));
   CUDA_CHECK(cudaFreeHost(back));
+}
+
+Test(device, stream_scoped_synchronization, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  lct_client *c = test_connect(lctd.ipc);
+  stream_scoped_round_trip(c);
+  lct_close(c);
+}
+
+/* The same held to the host path: its copies through host memory wait for the stream too. */
+Test(device, stream_scoped_synchronization_on_the_host_path, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  lct_options o;
+  lct_options_init(&o);
+  o.endpoint = lctd.tcp;
+  o.host_path = 1;
+  lct_client *c;
+  cr_assert_eq(lct_connect(&o, &c), 0);
+  stream_scoped_round_trip(c);
+  cr_assert_eq(test_stats(c).device_puts, 0, "nothing went device to device");
   lct_close(c);
 }
 

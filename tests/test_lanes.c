@@ -103,6 +103,34 @@ Test(lanes, queued_jobs_in_flight_together) {
   lct_close(c);
 }
 
+/* Jobs on one key take effect in the order submitted, though independent ones are in flight together: a
+ * large put that lctd codes on a worker, then a small one it codes at once, leave the small one stored. */
+Test(lanes, queued_jobs_on_one_key_keep_their_order) {
+  enum { ROUNDS = 8, BIG = 1 << 19, SMALL = 64 };
+  lct_client *c = connect_lanes(4, 0);
+  uint8_t *big = test_bf16_data(31, BIG), *small = test_bf16_data(32, SMALL);
+  uint64_t big_shape[1] = {BIG}, small_shape[1] = {SMALL};
+  for (int r = 0; r < ROUNDS; r++) {
+    char key[16];
+    snprintf(key, sizeof key, "order/%d", r);
+    lct_job *first, *second;
+    cr_assert_eq(lct_submit_put(c, key, LCT_DTYPE_BF16, big_shape, 1, big, BIG * 2, NULL, NULL, &first), 0);
+    cr_assert_eq(lct_submit_put(c, key, LCT_DTYPE_BF16, small_shape, 1, small, SMALL * 2, NULL, NULL, &second), 0);
+    cr_assert_eq(lct_job_wait(first, NULL), 0, "%s", lct_job_error(first));
+    cr_assert_eq(lct_job_wait(second, NULL), 0, "%s", lct_job_error(second));
+    lct_job_free(first);
+    lct_job_free(second);
+  }
+  for (int r = 0; r < ROUNDS; r++) {
+    char key[16];
+    snprintf(key, sizeof key, "order/%d", r);
+    test_get_equals(c, key, small, SMALL * 2);
+  }
+  free(big);
+  free(small);
+  lct_close(c);
+}
+
 static void start_small_staging(void) { start_with("--staging-memory", "4M"); }
 
 /* A transfer that fails with requests in flight on other lanes takes their replies: the lanes stay free for

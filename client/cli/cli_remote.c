@@ -112,9 +112,16 @@ static int remote_open(const char *cmd, const remote_args *a) {
   o.host_path = a->remote;
   o.connections = a->connections;
   int rc = lct_client_set_open(&o, cli_endpoints, &remote_set);
-  if (rc == LCT_EINVAL)
+  if (rc == LCT_EINVAL) {
+    /* The list the set was given, found as lct_client_set_open finds it. */
+    const char *list = cli_endpoints != NULL ? cli_endpoints : cli_endpoint;
+    if (list == NULL || *list == '\0')
+      list = getenv("LCT_ENDPOINTS");
+    if (list == NULL || *list == '\0')
+      list = getenv("LCT_ENDPOINT");
     return cli_fail("%s: bad endpoint list '%s': comma-separated tcp://HOST:PORT or ipc:///PATH, each once", cmd,
-                    cli_endpoints ? cli_endpoints : getenv("LCT_ENDPOINTS"));
+                    list != NULL ? list : "");
+  }
   if (rc) return cli_fail("%s: %s", cmd, lct_strerror(rc));
   return 0;
 }

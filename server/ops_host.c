@@ -82,12 +82,23 @@ static void lct__put_begin_encode(lct__request *rq, const uint8_t *key, size_t k
 /* Whether the request asks for the encoded form. */
 static int lct__encoded(const lct__request *rq) { return rq->hdr->has_encoded && rq->hdr->encoded; }
 
+/* A committed chunked put leaves staging; its bytes are held until the encode or acceptance ends. */
+static void lct__commit_take(lct__request *rq, lct__pending *p) {
+  lct__staging_take(rq->srv->staging, p);
+  rq->op_state = p;
+  rq->op_release = lct__release_pending;
+}
+
 /* Starts the acceptance of a put's blobs; replies itself on failure. seg:
- * the segment size they are laid out in. */
+ * the segment size they are laid out in. staged: a committed chunked put's,
+ * taken from staging once its quota allows the put (refused for its quota,
+ * it stays staged for a later commit, as a raw put does), or NULL. */
 static void lct__put_begin_accept(lct__request *rq, const uint8_t *key, size_t key_len, const lct_put_decl *d,
-                                  uint64_t seg, const lct__blob_ref *refs, size_t n) {
+                                  uint64_t seg, const lct__blob_ref *refs, size_t n, lct__pending *staged) {
   if (!lct__quota_or_reply(rq, key, key_len, d, seg, 1))
     return;
+  if (staged != NULL)
+    lct__commit_take(rq, staged);
   int rc = lct__accept_start(rq->srv, key, key_len, d, refs, n, lct__put_done, rq);
   if (rc != 0)
     lct__start_failed(rq, rc, d, seg, "validation");
@@ -132,7 +143,7 @@ static void lct__op_put_encoded(lct__request *rq, const lct_put_decl *d) {
   else
     /* An empty tensor has no segment size of its own: the configured one sizes its (nil) reservation. */
     lct__put_begin_accept(rq, rq->hdr->key.data, rq->hdr->key.len, d, lay.seg ? lay.seg : rq->srv->cfg.segment_size,
-                          refs, n);
+                          refs, n, NULL);
   free(refs);
 }
 
@@ -311,11 +322,13 @@ static void lct__commit_encoded(lct__request *rq, lct__pending *p) {
     snprintf(why, sizeof why, "the blobs hold %" PRIu64 " raw bytes; dtype and shape make %" PRIu64, at,
              p->decl.raw_bytes);
   }
-  if (rc != 0)
+  if (rc != 0) {
+    lct__commit_take(rq, p); /* blobs that cannot be stored end the put */
     lct__reply_error(rq, rc, "%s", why);
-  else
+  } else {
     lct__put_begin_accept(rq, p->key, p->key_len, &p->decl, lay.seg ? lay.seg : rq->srv->cfg.segment_size, refs,
-                          n);
+                          n, p);
+  }
   free(refs);
 }
 
@@ -328,15 +341,13 @@ void lct__op_put_commit(lct__request *rq) {
                      p->received, p->decl.raw_bytes);
     return;
   }
-  if (!p->encoded && !lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 0, 1))
-    return;
-  lct__staging_take(rq->srv->staging, p);
-  rq->op_state = p; /* released when the encode ends, or with the request */
-  rq->op_release = lct__release_pending;
   if (p->encoded) {
-    lct__commit_encoded(rq, p);
+    lct__commit_encoded(rq, p); /* its quota depends on the blobs' segment size */
     return;
   }
+  if (!lct__quota_or_reply(rq, p->key, p->key_len, &p->decl, 0, 1))
+    return;
+  lct__commit_take(rq, p);
   lct__put_src src = {NULL, p->pieces, p->n_pieces};
   lct__put_begin_encode(rq, p->key, p->key_len, &p->decl, &src);
 }

@@ -394,3 +394,51 @@ Test(tenants, old_clients_confined_too, .init = start_plain, .fini = stop) {
   cr_assert_eq(failed, 1, "the item at fault");
   nn_close(s);
 }
+
+/* An encoded chunked put whose commit meets the quota stays staged, as a raw one does: the tenant makes room
+ * and commits again, without sending the blobs anew. */
+Test(tenants, encoded_commit_refused_for_quota_stays_staged, .init = start_plain, .fini = stop) {
+  lct_client *alice = client_as(daemon_.tcp, alice_);
+  test_rng r = {7};
+  uint8_t *data = malloc(100000); /* incompressible: three fill the quota */
+  for (size_t i = 0; i < 100000; i++)
+    data[i] = (uint8_t)test_rand(&r);
+  put_ok(alice, "alice/0", data, 100000, NULL);
+  put_ok(alice, "alice/1", data, 100000, NULL);
+  enum { BYTES = 60000 }; /* one blob within a 64K frame */
+  uint8_t blob[LCT_ENCODE_BOUND(BYTES, 1)];
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(LCT_DTYPE_RAW, NULL, data, BYTES, blob, sizeof blob, &st), 0);
+  int s = test_raw_open(daemon_.tcp);
+  uint64_t total = BYTES, put_id = 0;
+  Lctpb__TensorMeta m = LCTPB__TENSOR_META__INIT;
+  m.has_dtype = 1;
+  m.n_shape = 1;
+  m.shape = &total;
+  m.has_checksum = 1;
+  m.checksum = lct_checksum(0, data, BYTES);
+  Lctpb__Request b = LCTPB__REQUEST__INIT;
+  b.op = LCTPB__OP__OP_PUT_BEGIN;
+  b.has_key = 1;
+  b.key = (ProtobufCBinaryData){7, (uint8_t *)"alice/e"};
+  b.meta = &m;
+  b.has_encoded = b.encoded = 1;
+  cr_assert_eq(plain_call(s, ALICE_TOKEN, &b, NULL, 0, &put_id, NULL), 0);
+  Lctpb__Request k = LCTPB__REQUEST__INIT;
+  k.op = LCTPB__OP__OP_PUT_CHUNK;
+  k.has_put_id = k.has_offset = 1;
+  k.put_id = put_id;
+  cr_assert_eq(plain_call(s, ALICE_TOKEN, &k, blob, st.blob_bytes, NULL, NULL), 0);
+  put_ok(alice, "alice/2", data, 100000, NULL); /* the quota is full by the time the put commits */
+  k.op = LCTPB__OP__OP_PUT_COMMIT;
+  k.has_offset = 0;
+  cr_assert_eq(plain_call(s, ALICE_TOKEN, &k, NULL, 0, NULL, NULL), (uint32_t)-LCT_ENOSPC, "over the quota");
+  cr_assert_eq(admin_metric("lct_pending_puts "), 1, "the put stays staged");
+  cr_assert_eq(lct_delete(alice, "alice/0"), 0);
+  cr_assert_eq(plain_call(s, ALICE_TOKEN, &k, NULL, 0, NULL, NULL), 0, "committed once there is room");
+  test_get_equals(alice, "alice/e", data, BYTES);
+  cr_assert_eq(admin_metric("lct_pending_puts "), 0);
+  nn_close(s);
+  free(data);
+  lct_close(alice);
+}

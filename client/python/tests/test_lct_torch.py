@@ -1,7 +1,9 @@
 """test_lct_torch.py — lct.torch: the codec on torch tensors (CPU and CUDA, the same bytes), saved activations,
 compressed parameters and CompressedAdamW, each bitwise against the same training without them."""
+import contextlib
 import os
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # the lct package
@@ -114,6 +116,41 @@ class TestCodec(unittest.TestCase):
             with self.assertRaises(LctError):
                 codec.decode([p])
                 codec.verify()
+
+    def test_threads_take_turns(self):
+        """Four threads on one codec, as autograd's backward threads of four devices would be (each on a stream of
+        its own, its own roles): every tensor round-trips, and the codec's counts add up."""
+        for device in devices():
+            codec = lt.Codec(piece_bytes=64 << 10, inflight_bytes=128 << 10)  # many launches to settle
+            xs = [[torch.randn(20000 + 97 * i, generator=torch.Generator().manual_seed(10 * t + i)).to(device)
+                   for i in range(12)] for t in range(4)]
+            wrong = []
+
+            def work(t):
+                try:
+                    stream = torch.cuda.Stream() if device == "cuda" else None
+                    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                        for i, x in enumerate(xs[t]):
+                            p = codec.encode([x], [("thread", t)])[0]
+                            if not same_bits(codec.decode([p])[0], x):
+                                wrong.append((t, i))
+                        codec.verify()
+                except Exception as e:  # reported below, with the thread's
+                    wrong.append((t, repr(e)))
+
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1e-6)  # threads switch as often as they can
+            try:
+                threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+            finally:
+                sys.setswitchinterval(interval)
+            self.assertEqual(wrong, [], device)
+            codec.wait()
+            self.assertEqual(codec.totals["thread"][0], sum(x.numel() * 4 for row in xs for x in row), device)
 
     def test_tensor_not_dense_in_memory_is_refused(self):
         with self.assertRaisesRegex(LctError, "not dense"):

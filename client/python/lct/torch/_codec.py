@@ -1,6 +1,7 @@
 """_codec.py — Codec: torch tensors to and from LCT blobs on their own device (the CUDA codec on the current
 stream, the CPU codec for CPU tensors), with one codebook per role, rebuilt on drift as lctd does."""
 import collections
+import threading
 
 import torch
 
@@ -89,9 +90,13 @@ class Codec:
     `inflight_bytes` of scratch is outstanding, or in wait()). Large tensors are cut into pieces of
     `piece_bytes` so that the scratch stays bounded. A decode waits for its blobs' sizes (long known by then in
     a training step) and queues without blocking; verify() reports a blob that failed its checks.
+
+    Threads take turns in a codec, a call at a time (autograd runs each device's backward on a thread of its
+    own); each thread encodes on its own stream, and roles are per device.
     """
 
     def __init__(self, drift=DRIFT, piece_bytes=64 << 20, inflight_bytes=1 << 30):
+        self._lock = threading.RLock()
         self.drift, self.piece_bytes, self.inflight_bytes = drift, piece_bytes, inflight_bytes
         self._books = {}
         self._launches = collections.deque()  # encodes whose blobs are still in scratch, oldest first
@@ -107,6 +112,10 @@ class Codec:
     # -- encode -----------------------------------------------------------------------------------------------
     def encode(self, tensors, roles):
         """Packed blobs of tensors (each of a coded dtype, dense in memory), in order."""
+        with self._lock:
+            return self._encode(tensors, roles)
+
+    def _encode(self, tensors, roles):
         out = []
         for t, role in zip(tensors, roles):
             if t.dtype not in CODED:
@@ -306,12 +315,17 @@ class Codec:
 
     def wait(self, launch=None):
         """Waits for the encodes queued so far (or up to one launch) and moves their blobs to exact-size memory."""
-        self._settle(block=True, upto=launch)
+        with self._lock:
+            self._settle(block=True, upto=launch)
 
     # -- decode -----------------------------------------------------------------------------------------------
     def decode(self, packed):
         """New tensors holding what each Packed held, bit for bit, with its shape and strides, on the current
         stream (which waits for the stream that wrote the blobs, if another)."""
+        with self._lock:
+            return self._decode(packed)
+
+    def _decode(self, packed):
         for p in packed:
             if p._launch is not None:
                 p._launch.codec.wait(p._launch)
@@ -386,15 +400,18 @@ class Codec:
     def verify(self):
         """Waits for the decodes queued so far and raises LctError if any blob failed its checks (later calls
         check finished decodes as they go, without waiting)."""
-        self._check_decodes(block=True)
+        with self._lock:
+            self._check_decodes(block=True)
 
 
 _default = None
+_default_lock = threading.Lock()
 
 
 def default_codec():
     """The process's shared Codec (codebooks per role live as long as it does)."""
     global _default
-    if _default is None:
-        _default = Codec()
-    return _default
+    with _default_lock:
+        if _default is None:
+            _default = Codec()
+        return _default

@@ -142,8 +142,9 @@ LCT_API int lct_put_encoded(lct_client *c, const char *key, lct_dtype dtype, con
  * reader decodes each blob and checks the CRC-32C of the result against
  * info->checksum. */
 LCT_API int lct_get_encoded(lct_client *c, const char *key, void **blobs, size_t *len, lct_tensor_info *info);
-/* The most raw bytes one blob of an encoded put may hold (lctd's
- * segment_size); 0 when lctd takes no blobs. */
+/* The most raw bytes one blob of an encoded put from this client may hold:
+ * lctd's segment_size, lowered to the largest multiple of 64 KiB whose blob
+ * surely fits a frame (64 KiB at least); 0 when lctd takes no blobs. */
 LCT_API uint64_t lct_segment_bytes(const lct_client *c);
 /* The payload bytes per message this client sends and accepts (its frame,
  * lowered to lctd's). */

@@ -249,7 +249,15 @@ int lct_put_stream_commit(lct_put_stream *s, lct_tensor_info *info) {
 
 uint32_t lct_checksum(uint32_t crc, const void *bytes, size_t len) { return lct_crc32c(crc, bytes, len); }
 
-uint64_t lct_segment_bytes(const lct_client *c) { return c != NULL ? c->segment_bytes : 0; }
+uint64_t lct_segment_bytes(const lct_client *c) {
+  if (c == NULL || c->segment_bytes == 0)
+    return 0;
+  /* Lowered until a blob of the dtype with the most chunks (one byte per element) surely fits a frame. */
+  uint64_t seg = c->segment_bytes;
+  while (seg > (64 << 10) && LCT_ENCODE_BOUND(seg, 1) > c->frame)
+    seg -= 64 << 10;
+  return seg;
+}
 
 size_t lct_frame_bytes(const lct_client *c) { return c != NULL ? c->frame : 0; }
 

@@ -198,7 +198,8 @@ class Client:
         return _values.adopt(ptr.value, info)
 
     def segment_bytes(self):
-        """The most raw bytes one blob of put_blob may hold (lctd's segment_size); 0: lctd takes no blobs."""
+        """The most raw bytes one blob of put_blob may hold (lctd's segment_size, lowered so that a blob surely
+        fits this client's frame); 0: lctd takes no blobs."""
         with self._lock:
             return _native.lib().lct_segment_bytes(self._c)
 
@@ -232,7 +233,7 @@ class Client:
 
     def put_encoded(self, key, value, dtype=None, shape=None, codebook=None):
         """put() with the tensor encoded here, on the CPU, through lct.codec
-        (liblct_codec.so), in segments of lctd's segment size, and sent as
+        (liblct_codec.so), in segments of segment_bytes() (at most 1 MiB), and sent as
         blobs: the wire carries the coded bytes and lctd codes nothing.
         codebook: an lct.codec.Codebook to reuse (None: built from value)."""
         from . import codec

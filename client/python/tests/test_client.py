@@ -61,6 +61,20 @@ class TestBasics(LctdTestCase):
         self.client.get(self.key("shaped"), out=out)
         self.assertEqual(out.tobytes(), floats.tobytes())
 
+    @needs_numpy
+    def test_encoded_tensor_travels_in_frames(self):
+        # Blobs coded here fit a 128 KiB frame (lct_segment_bytes lowers their size to fit), though lctd's
+        # segment_size is larger; read back as blobs and decoded here, or decoded by lctd.
+        a = np.random.default_rng(4).standard_normal(300000).astype(np.float32)
+        with lct.Client(self.lctd.endpoint, frame_bytes=128 << 10) as small:
+            self.assertEqual(small.segment_bytes(), 64 << 10)
+            info = small.put_encoded("coded", a)
+            self.assertLess(info.stored_bytes, a.nbytes)
+            back, got = small.get_encoded("coded")
+            self.assertEqual(bytes(back), a.tobytes())
+            self.assertEqual(got.checksum, info.checksum)
+            np.testing.assert_array_equal(small.get("coded"), a)
+
     def test_large_tensor_travels_in_frames(self):
         # A 64 KiB frame splits this into 17 puts and 17 gets; the odd size ends in a partial frame.
         with lct.Client(self.lctd.endpoint, frame_bytes=64 << 10) as small:

@@ -57,8 +57,8 @@ typedef struct lct_options {
                              limit (the default: a lost lctd still ends it) */
   int host_path;          /* 1: the host path only, as a client on another host: the device calls copy through
                              host memory and every byte crosses the socket (what a remote trainer measures on
-                             lctd's own host); 0: $LCT_HOST_PATH ("1" sets it), else device to device where lctd
-                             can */
+                             lctd's own host); negative: device to device where lctd can, whatever
+                             $LCT_HOST_PATH says; 0: $LCT_HOST_PATH ("1" sets it), else device to device */
   int connections;        /* connections to lctd (lanes, each a socket of its own that proves the token by
                              itself) that the frames of a large tensor and queued host jobs spread over, one
                              request in flight on each; 0: $LCT_CONNECTIONS, else 1; at most

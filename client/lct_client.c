@@ -636,7 +636,7 @@ int lct_connect(const lct_options *opts, lct_client **out) {
   if (frame < LCT_FRAME_MIN || frame > LCT_FRAME_MAX)
     return LCT_EINVAL;
   const char *env = getenv("LCT_HOST_PATH");
-  int host_path = o.host_path != 0 || (env != NULL && strcmp(env, "1") == 0);
+  int host_path = o.host_path > 0 || (o.host_path == 0 && env != NULL && strcmp(env, "1") == 0);
   env = getenv("LCT_CONNECTIONS");
   int connections = o.connections != 0 ? o.connections : env != NULL && *env != '\0' ? atoi(env) : 1;
   if (connections < 1 || connections > LCT__CONNECTIONS_MAX)

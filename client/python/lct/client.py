@@ -37,7 +37,8 @@ class Client:
     quota.
     remote: True holds the client to the host path, as one on another host
     (CUDA tensors are copied through host memory and every byte crosses the
-    socket; None: $LCT_HOST_PATH). connections: connections to lctd that
+    socket), False lets it go device to device where lctd can, whatever
+    $LCT_HOST_PATH says (None: $LCT_HOST_PATH). connections: connections to lctd that
     large tensors' frames and queued jobs spread over, each authenticated by
     itself (None: $LCT_CONNECTIONS, else 1; at most 16).
     A Client may be shared between threads: its calls are serialized.
@@ -71,7 +72,7 @@ class Client:
         opts.connect_timeout_ms = connect_timeout_ms or 0
         opts.frame_bytes = frame_bytes or 0
         opts.save_timeout_ms = save_timeout_ms or 0
-        opts.host_path = 1 if remote else 0
+        opts.host_path = 0 if remote is None else 1 if remote else -1
         opts.connections = connections or 0
         opts.auth_token_file = os.fsencode(auth_token_file) if auth_token_file is not None else None
         handle = ctypes.c_void_p()

@@ -5,6 +5,7 @@ import torch
 
 from ._shard import local
 from .batch import Batch, failure
+from .client import Client
 from .errors import LctError, canceled, error_code
 
 _LOST = (error_code("LCT_ETIMEDOUT"), error_code("LCT_ECONN"))  # a request whose fate is unknown
@@ -99,6 +100,9 @@ class OffloadedAdamW(torch.optim.Optimizer):
             raise ValueError(f"invalid weight_decay {weight_decay}")
         if scratch_bytes is not None and scratch_bytes <= 0:
             raise ValueError(f"invalid scratch_bytes {scratch_bytes}")
+        if not isinstance(client, Client):
+            raise TypeError(f"OffloadedAdamW keeps its states in one lctd: it takes an lct.Client, not {client!r} "
+                            "(lct.Client.for_rank() picks a rank's lctd from $LCT_ENDPOINTS)")
         # add_param_group, called by Optimizer.__init__, checks against these.
         self.client = client
         self._store_client = None  # the stores' connection (client.clone()), opened at the first step
@@ -372,7 +376,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
         the client's timeout."""
         ask = error is not None and not (isinstance(error, LctError) and error.code in _LOST)
         for (_, p, *_, fresh), keys in zip(plan.work, plan.layout.entries):
-            if fresh and self.state[p] and not (ask and self._all_stored(keys[-1])):
+            if fresh and self.state.get(p) and not (ask and self._all_stored(keys[-1])):
                 del self.state[p]
 
     def _all_stored(self, keys):
@@ -432,7 +436,7 @@ class OffloadedAdamW(torch.optim.Optimizer):
             m, v, tmp = views[:3]
             master = views[3] if len(views) == 4 else None
             moved = (m, v) if master is None else (m, v, master)
-            fresh = not self.state[p]  # its state is made at its update, when its keys are about to exist
+            fresh = not self.state.get(p)  # its state is made at its update, when its keys are about to exist
             if not fresh:
                 plan.fetch += moved
                 fetch_keys += keys
@@ -479,7 +483,8 @@ class OffloadedAdamW(torch.optim.Optimizer):
         self.flush()
         sd = super().state_dict()
         for index, _, p in self._indexed_params():
-            if index not in sd["state"]:
+            if not sd["state"].get(index):
+                sd["state"].pop(index, None)  # no state yet (an empty one is what looking it up leaves)
                 continue
             entry = dict(sd["state"][index])
             for name in self._state_names():
@@ -510,7 +515,11 @@ class OffloadedAdamW(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict):
         """Takes a state_dict of this class or of torch.optim.AdamW: the steps
-        and hyperparameters stay here, the moments go to lctd."""
+        and hyperparameters stay here, the moments go to lctd. A state that
+        does not fit the parameters changes nothing (ValueError); a put that
+        fails part way raises, and each parameter keeps the step of the
+        moments lctd holds for it: the loaded ones before it, its own after
+        it, while the one it failed on starts afresh."""
         self.flush()
         for group in state_dict["param_groups"]:
             unsupported = [k for k in _UNSUPPORTED if group.get(k)]
@@ -537,17 +546,27 @@ class OffloadedAdamW(torch.optim.Optimizer):
         # loader would share them with state_dict, and steps count in place.
         slim = dict(state_dict, state={i: {"step": torch.tensor(float(s["step"]), dtype=_scalar_dtype())}
                                        for i, s in moments.items()})
+        indexed = list(self._indexed_params())
+        previous = [self.state.get(p) for _, _, p in indexed]
         super().load_state_dict(slim)
-        for index, _, p in self._indexed_params():
+        for k, (index, _, p) in enumerate(indexed):
             if index not in moments:
                 continue
             s = moments[index]
             dtype = self._state_dtype(p)
-            self._put(index, "exp_avg", local(s["exp_avg"]).to(dtype))
-            self._put(index, "exp_avg_sq", local(s["exp_avg_sq"]).to(dtype))
-            if self.offload_master_weights:
-                master = s.get("master_param")
-                self._put(index, "master_param", local(master if master is not None else p).to(torch.float32))
+            try:
+                self._put(index, "exp_avg", local(s["exp_avg"]).to(dtype))
+                self._put(index, "exp_avg_sq", local(s["exp_avg_sq"]).to(dtype))
+                if self.offload_master_weights:
+                    master = s.get("master_param")
+                    self._put(index, "master_param", local(master if master is not None else p).to(torch.float32))
+            except BaseException:
+                self.state.pop(p, None)
+                for (_, _, q), state in zip(indexed[k + 1:], previous[k + 1:]):
+                    self.state.pop(q, None)
+                    if state:
+                        self.state[q] = state
+                raise
 
 
 class _Layout:

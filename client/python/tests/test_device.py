@@ -1,5 +1,6 @@
 """test_device.py — CUDA tensors device to device: a cuda-backend lctd serves them with no host copy; a cpu-backend one sends them to the host path, counted."""
 import unittest
+import unittest.mock
 
 from lctd_helper import Lctd, lct, tensor_bits
 
@@ -57,6 +58,21 @@ class TestDeviceToDevice(_DeviceCase):
         self.assertEqual(after["device_puts"] - before["device_puts"], n)
         self.assertEqual(after["device_gets"] - before["device_gets"], n)
         self.assertEqual(after["device_fallbacks"], 0)
+
+    def test_remote_false_overrides_the_environment(self):
+        # $LCT_HOST_PATH=1 holds clients to the host path unless they say remote=False.
+        x = torch.arange(4096, dtype=torch.float32, device="cuda")
+        with unittest.mock.patch.dict("os.environ", {"LCT_HOST_PATH": "1"}):
+            held = lct.Client(self.lctd.endpoint, timeout_ms=20000)
+            free = lct.Client(self.lctd.endpoint, timeout_ms=20000, remote=False)
+        try:
+            for client, device_puts in ((held, 0), (free, 1)):
+                before = self.client.stats()["device_puts"]
+                client.put(f"{self.id()}/{device_puts}", x)
+                self.assertEqual(self.client.stats()["device_puts"] - before, device_puts)
+        finally:
+            held.close()
+            free.close()
 
     def test_many_in_one_buffer(self):
         # Views of one allocation travel in one request each way.

@@ -252,6 +252,12 @@ class TestOffloadedAdamW(LctdTestCase):
         with self.assertRaises(ValueError):
             off.load_state_dict(amsgrad.state_dict())
 
+    def test_takes_one_lctd(self):
+        model = make_model("cpu", torch.float32)
+        several = lct.ClientSet(["ipc:///nonexistent/a.sock", "ipc:///nonexistent/b.sock"])  # connects when used
+        with self.assertRaisesRegex(TypeError, "for_rank"):
+            lct.optim.OffloadedAdamW(model.parameters(), several)
+
     def test_failed_step_leaves_the_rest_fresh(self):
         # A pool too small for every moment: the first step's stores fail part
         # way, and the parameters it did not reach keep no state (a later step
@@ -275,8 +281,38 @@ class TestOffloadedAdamW(LctdTestCase):
             if stored[i]:
                 self.assertEqual(float(opt.state[p]["step"]), 1.0, f"parameter {i} was updated")
             else:  # not reached, or updated but its store failed
-                self.assertFalse(opt.state[p], f"parameter {i} has a state but no keys in lctd")
-        self.assertFalse(opt.state[params[-1]], "the last parameter was not reached")
+                self.assertNotIn(p, opt.state, f"parameter {i} has a state but no keys in lctd")
+        # A checkpoint after the failure holds the states that reached lctd, and loads.
+        sd = opt.state_dict()
+        self.assertEqual(sorted(sd["state"]), [i for i in range(len(params)) if stored[i]])
+        opt.load_state_dict(sd)
+
+    def test_failed_load_keeps_steps_and_moments_together(self):
+        # A pool too small for every loaded moment: the load fails part way, and each parameter left with a
+        # state has the loaded step and the loaded moments in lctd; the others have none.
+        small = Lctd(memory="1M")
+        self.addCleanup(small.stop)
+        client = lct.Client(small.endpoint, timeout_ms=20000)
+        self.addCleanup(client.close)
+        torch.manual_seed(4)
+        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
+        reference = torch.optim.AdamW(model.parameters())
+        model(torch.randn(4, 256)).square().mean().backward()
+        reference.step()
+        sd = reference.state_dict()
+        opt = lct.optim.OffloadedAdamW(model.parameters(), client, scratch_bytes=4 * 3 * 256 * 256 * 4)
+        with self.assertRaises(lct.LctError) as cm:
+            opt.load_state_dict(sd)
+        self.assertEqual(cm.exception.name, "LCT_ENOSPC")
+        params = list(model.parameters())
+        kept = [i for i, p in enumerate(params) if p in opt.state]
+        self.assertTrue(kept and len(kept) < len(params), kept)
+        self.assertEqual(kept, list(range(len(kept))), "the parameters before the failure")
+        for i in kept:
+            self.assertEqual(float(opt.state[params[i]]["step"]), 1.0)
+            back = torch.empty_like(params[i])
+            client.get(f"opt/{i}/exp_avg_sq", out=back)
+            self.assertTrue(torch.equal(back, sd["state"][i]["exp_avg_sq"]), i)
 
     def test_scratch_bound(self):
         model = make_model("cpu", torch.float32)

@@ -86,17 +86,23 @@ Test(device, round_trip_device_to_device, .fini = stop) {
   lct_close(c);
 }
 
-/* A client held to the host path (as one on another host) moves every byte
- * through the socket, though lctd could go device to device. */
-Test(device, remote_mode_takes_the_host_path, .fini = stop) {
-  NEED_GPU();
-  start("cuda");
+/* A client over tcp held to the host path, as one on another host. */
+static lct_client *connect_remote(void) {
   lct_options o;
   lct_options_init(&o);
   o.endpoint = lctd.tcp;
   o.host_path = 1;
   lct_client *c;
   cr_assert_eq(lct_connect(&o, &c), 0);
+  return c;
+}
+
+/* A client held to the host path (as one on another host) moves every byte
+ * through the socket, though lctd could go device to device. */
+Test(device, remote_mode_takes_the_host_path, .fini = stop) {
+  NEED_GPU();
+  start("cuda");
+  lct_client *c = connect_remote();
   round_trip(c);
   lct_server_stats st = test_stats(c);
   cr_assert_eq(st.device_puts + st.device_gets + st.device_fallbacks, 0, "nothing went device to device");
@@ -201,12 +207,7 @@ Test(device, stream_scoped_synchronization, .fini = stop) {
 Test(device, stream_scoped_synchronization_on_the_host_path, .fini = stop) {
   NEED_GPU();
   start("cuda");
-  lct_options o;
-  lct_options_init(&o);
-  o.endpoint = lctd.tcp;
-  o.host_path = 1;
-  lct_client *c;
-  cr_assert_eq(lct_connect(&o, &c), 0);
+  lct_client *c = connect_remote();
   stream_scoped_round_trip(c);
   cr_assert_eq(test_stats(c).device_puts, 0, "nothing went device to device");
   lct_close(c);

@@ -258,18 +258,23 @@ class TestOffloadedAdamW(LctdTestCase):
         with self.assertRaisesRegex(TypeError, "for_rank"):
             lct.optim.OffloadedAdamW(model.parameters(), several)
 
-    def test_failed_step_leaves_the_rest_fresh(self):
-        # A pool too small for every moment: the first step's stores fail part
-        # way, and the parameters it did not reach keep no state (a later step
-        # starts them afresh instead of fetching keys that do not exist).
+    def small_pool(self, seed):
+        """A client of an lctd too small for every moment of the model (8 layers of 256 x 256) it returns too,
+        with its gradients, and an OffloadedAdamW of it."""
         small = Lctd(memory="1M")
         self.addCleanup(small.stop)
         client = lct.Client(small.endpoint, timeout_ms=20000)
         self.addCleanup(client.close)
-        torch.manual_seed(3)
+        torch.manual_seed(seed)
         model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
-        opt = lct.optim.OffloadedAdamW(model.parameters(), client, scratch_bytes=4 * 3 * 256 * 256 * 4)
         model(torch.randn(4, 256)).square().mean().backward()
+        return client, model, lct.optim.OffloadedAdamW(model.parameters(), client, scratch_bytes=4 * 3 * 256 * 256 * 4)
+
+    def test_failed_step_leaves_the_rest_fresh(self):
+        # A pool too small for every moment: the first step's stores fail part
+        # way, and the parameters it did not reach keep no state (a later step
+        # starts them afresh instead of fetching keys that do not exist).
+        client, model, opt = self.small_pool(3)
         with self.assertRaises(lct.LctError) as cm:
             opt.step()
         self.assertEqual(cm.exception.name, "LCT_ENOSPC")
@@ -282,25 +287,18 @@ class TestOffloadedAdamW(LctdTestCase):
                 self.assertEqual(float(opt.state[p]["step"]), 1.0, f"parameter {i} was updated")
             else:  # not reached, or updated but its store failed
                 self.assertNotIn(p, opt.state, f"parameter {i} has a state but no keys in lctd")
-        # A checkpoint after the failure holds the states that reached lctd, and loads.
+        # A checkpoint after the failure holds the states that reached lctd, as AdamW's would.
         sd = opt.state_dict()
         self.assertEqual(sorted(sd["state"]), [i for i in range(len(params)) if stored[i]])
-        opt.load_state_dict(sd)
+        torch.optim.AdamW(model.parameters()).load_state_dict(sd)
 
     def test_failed_load_keeps_steps_and_moments_together(self):
         # A pool too small for every loaded moment: the load fails part way, and each parameter left with a
         # state has the loaded step and the loaded moments in lctd; the others have none.
-        small = Lctd(memory="1M")
-        self.addCleanup(small.stop)
-        client = lct.Client(small.endpoint, timeout_ms=20000)
-        self.addCleanup(client.close)
-        torch.manual_seed(4)
-        model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
+        client, model, opt = self.small_pool(4)
         reference = torch.optim.AdamW(model.parameters())
-        model(torch.randn(4, 256)).square().mean().backward()
         reference.step()
         sd = reference.state_dict()
-        opt = lct.optim.OffloadedAdamW(model.parameters(), client, scratch_bytes=4 * 3 * 256 * 256 * 4)
         with self.assertRaises(lct.LctError) as cm:
             opt.load_state_dict(sd)
         self.assertEqual(cm.exception.name, "LCT_ENOSPC")

@@ -136,6 +136,7 @@ typedef struct lct__window {
   uint64_t bytes[LCT__WINDOW_REQUESTS * LCT__CONNECTIONS_MAX];
   size_t n, cap;
   uint64_t in_bytes, cap_bytes;
+  int lost; /* the error of the last wait that emptied the window (its requests' replies will not come), or 0 */
 } lct__window;
 
 void lct__window_init(const lct_client *c, lct__window *w);

@@ -148,14 +148,13 @@ static int lct__batch_post(lct_client *c, lct__window *w, lct__batch *b, lct_job
 }
 
 /* Takes every reply still in the window; a job whose request left it without
- * one (a lost connection empties the window) fails with the loss: lost, the
- * error that emptied it, where the drain has none of its own. */
-static void lct__batch_end(lct_client *c, lct__window *w, lct__batch *b, int lost) {
-  int rc = lct__window_drain(c, w, lct__batch_take, b);
-  rc = rc != 0 ? rc : lost != 0 ? lost : LCT_ECONN;
+ * one (a lost connection, or a wait that failed, empties the window) fails
+ * with that loss. */
+static void lct__batch_end(lct_client *c, lct__window *w, lct__batch *b) {
+  lct__window_drain(c, w, lct__batch_take, b);
   for (size_t i = 0; i < sizeof b->slots / sizeof *b->slots; i++)
     if (b->slots[i] != NULL && w->ids[i] == 0) {
-      lct__job_finish(b->slots[i], rc, 0, c->err);
+      lct__job_finish(b->slots[i], w->lost != 0 ? w->lost : LCT_ECONN, 0, c->err);
       b->slots[i] = NULL;
     }
 }
@@ -163,6 +162,8 @@ static void lct__batch_end(lct_client *c, lct__window *w, lct__batch *b, int los
 /* Whether a job on j's key is in flight: lctd may finish requests in flight together in any order, so a
  * job waits for the earlier ones on its key. */
 static int lct__batch_has_key(const lct__batch *b, const lct_job *j) {
+  if (j->key == NULL)
+    return 0; /* refused when posted */
   for (size_t i = 0; i < sizeof b->slots / sizeof *b->slots; i++)
     if (b->slots[i] != NULL && strcmp(b->slots[i]->key, j->key) == 0)
       return 1;
@@ -182,14 +183,14 @@ static void lct__jobs_batch(lct_client *c, lct_job *j) {
     /* A connection not yet met (or broken since) goes through lct__call first: its
      * authentication and restart checks, on a lane the window must no longer use. */
     if (!pipelined || lct__batch_has_key(&b, j))
-      lct__batch_end(c, &w, &b, 0);
+      lct__batch_end(c, &w, &b);
     int rc = pipelined ? lct__batch_post(c, &w, &b, j)
                        : j->kind == LCT__JOB_PUT ? lct_put(c, j->key, j->dtype, j->shape, j->ndim, j->data, j->bytes, j->info)
                                                  : lct_get(c, j->key, j->buf, j->bytes, j->info);
     if (!pipelined || rc != 0)
       lct__job_finish(j, rc, 0, rc != 0 ? c->err : "");
     if (pipelined && rc != 0) /* a lost connection took the window's requests with it */
-      lct__batch_end(c, &w, &b, rc);
+      lct__batch_end(c, &w, &b);
     pipelined = lct__pipeline_ready(c);
     pthread_mutex_lock(&q->mu);
     j = q->head;
@@ -200,7 +201,7 @@ static void lct__jobs_batch(lct_client *c, lct_job *j) {
       q->tail = NULL;
   }
   pthread_mutex_unlock(&q->mu);
-  lct__batch_end(c, &w, &b, 0);
+  lct__batch_end(c, &w, &b);
   pthread_mutex_lock(&q->mu);
 }
 

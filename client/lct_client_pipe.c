@@ -26,6 +26,7 @@ static int lct__window_take(lct_client *c, lct__window *w, lct__take_fn take, vo
     memset(w->ids, 0, sizeof w->ids);
     w->n = 0;
     w->in_bytes = 0;
+    w->lost = rc;
     return rc;
   }
   w->ids[slot] = 0;
@@ -206,8 +207,8 @@ void lct_put_stream_abort(lct_put_stream *s) {
   memcpy(saved, c->err, sizeof saved);
   /* Best effort: free lctd's staging now rather than at put-timeout; not where lctd has just failed to
    * answer or is gone, so that an abort waits at most one timeout. */
-  int drained = lct__window_drain(c, &s->w, NULL, NULL);
-  if (!lct__unreachable(drained) && !lct__unreachable(s->rc)) {
+  lct__window_drain(c, &s->w, NULL, NULL);
+  if (s->w.lost == 0 && !lct__unreachable(s->rc)) {
     lct__reply r;
     s->ch.op = LCTPB__OP__OP_PUT_ABORT;
     s->ch.has_offset = 0;

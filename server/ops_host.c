@@ -296,6 +296,7 @@ static void lct__commit_encoded(lct__request *rq, lct__pending *p) {
   size_t cap = lct__blobs_max(&p->decl), n = 0;
   lct__blob_ref *refs = malloc(cap * sizeof *refs);
   if (refs == NULL) {
+    lct__commit_take(rq, p);
     lct__reply_error(rq, LCT_ENOMEM, "out of memory for the blobs' table");
     return;
   }

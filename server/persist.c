@@ -438,6 +438,10 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
       continue;
     }
     const char *why = "", *aside = NULL;
+    if (fd < 0 && errno == ENOENT) {
+      lct__log_warn("persist: %s/%s went away while the restore read the directory; skipped", path, name);
+      continue;
+    }
     if (fd < 0) {
       why = strerror(errno);
       aside = ".unloaded";
@@ -475,14 +479,18 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
       }
     }
     char to[LCT__SNAP_NAME + 24];
-    if (lct__set_aside(dir, name, aside, to) != 0) {
+    if (lct__set_aside(dir, name, aside, to) == 0) {
+      lct__log_error("persist: %s/%s %s (%s); skipped and renamed %s", path, name, what, why, to);
+    } else if (errno == ENOENT) {
+      lct__log_warn("persist: %s/%s %s (%s) and went away before it could be renamed aside; skipped", path,
+                    name, what, why);
+    } else {
       /* Left at its name, the next save would remove it as a deleted key's. */
       snprintf(err, errlen, "persist: %s/%s %s (%s) and cannot be renamed aside (%s): move it out of %s",
                path, name, what, why, strerror(errno), path);
       rc = LCT_EIO;
       break;
     }
-    lct__log_error("persist: %s/%s %s (%s); skipped and renamed %s", path, name, what, why, to);
     skipped++;
   }
   if (rc == 0 && errno != 0) {

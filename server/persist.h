@@ -64,8 +64,8 @@ void lct__save_abandon(lct__server *srv);
  * the store with its version, checksum, codebook and coded bytes. A corrupt
  * or truncated file is logged, renamed NAME.corrupt and skipped; one that
  * cannot be opened, does not fit the pool, or was saved with segments larger
- * than segment_size, is renamed NAME.unloaded (NAME.corrupt.1 and so on
- * where those names are taken); leftover temporary files of an interrupted
+ * than segment_size, is renamed NAME.unloaded (NAME.corrupt.N or
+ * NAME.unloaded.N, N = 1..15, where that name is taken); leftover temporary files of an interrupted
  * save are removed. Anything at a snapshot's name that is not a regular file
  * (a symbolic link, FIFO, directory) is logged, counted as skipped and left
  * alone. LCT_EIO, with err saying why, when the directory cannot be created

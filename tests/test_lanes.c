@@ -131,6 +131,27 @@ Test(lanes, queued_jobs_on_one_key_keep_their_order) {
   lct_close(c);
 }
 
+/* A job without a key, queued between two that go out together, fails alone. */
+Test(lanes, a_job_without_a_key_fails_alone) {
+  lct_client *c = connect_lanes(4, 0);
+  uint8_t v[64] = {0};
+  uint64_t shape[1] = {32};
+  const char *keys[3] = {"keyed/0", NULL, "keyed/2"};
+  lct_job *jobs[3];
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(lct_submit_put(c, keys[i], LCT_DTYPE_BF16, shape, 1, v, sizeof v, NULL, NULL, &jobs[i]), 0);
+  for (int i = 0; i < 3; i++) {
+    int rc = lct_job_wait(jobs[i], NULL);
+    if (keys[i] != NULL)
+      cr_assert_eq(rc, 0, "job %d: %s", i, lct_job_error(jobs[i]));
+    else
+      cr_assert_neq(rc, 0, "the job without a key failed");
+    lct_job_free(jobs[i]);
+  }
+  test_get_equals(c, "keyed/2", v, sizeof v);
+  lct_close(c);
+}
+
 static void start_small_staging(void) { start_with("--staging-memory", "4M"); }
 
 /* A transfer that fails with requests in flight on other lanes takes their replies: the lanes stay free for

@@ -84,7 +84,7 @@ class Codec:
     codebook expected, the role's next encode counts its symbols in the same pass and the codebook is rebuilt
     from them.
 
-    Use one stream per codec for encodes (a role's device codebook is updated in its order). CUDA work runs on the current stream and never waits for it on the way in: a tensor is encoded into
+    Use one stream per codec and device for encodes (a role's device codebook is updated in its order). CUDA work runs on the current stream and never waits for it on the way in: a tensor is encoded into
     scratch of its worst-case size, and its blobs move to memory of their exact size once the stream has
     passed the encode (checked without blocking at each later call; blocking only when more than
     `inflight_bytes` of scratch is outstanding, or in wait()). Large tensors are cut into pieces of
@@ -322,13 +322,17 @@ class Codec:
     def decode(self, packed):
         """New tensors holding what each Packed held, bit for bit, with its shape and strides, on the current
         stream (which waits for the stream that wrote the blobs, if another)."""
+        for p in packed:  # another codec's encodes, waited for outside this one's lock
+            launch = p._launch
+            if launch is not None and launch.codec is not self:
+                launch.codec.wait(launch)
         with self._lock:
             return self._decode(packed)
 
     def _decode(self, packed):
         for p in packed:
             if p._launch is not None:
-                p._launch.codec.wait(p._launch)
+                self._settle(block=True, upto=p._launch)
         self._settle(block=False)
         for p in packed:
             if p._stream is not None and p._stream != torch.cuda.current_stream(p.device):

@@ -258,8 +258,11 @@ class Client:
         return self.put_blob(key, blobs, name, shape, checksum)
 
     def get_encoded(self, key, out=None):
-        """get() with the stored blobs sent as they are and decoded here, on the
-        CPU, through lct.codec; the CRC-32C of the result is checked."""
+        """The tensor's raw bytes, with the stored blobs sent as they are and
+        decoded here, on the CPU, through lct.codec; the blobs must cover the
+        tensor and the CRC-32C of the result is checked. Returns (bytearray,
+        TensorInfo), or (out, TensorInfo) with the bytes written into out (any
+        writable contiguous buffer of exactly raw_bytes bytes)."""
         from . import codec
         blobs, info = self.get_blob(key)
         buf = bytearray(info.raw_bytes)
@@ -272,6 +275,8 @@ class Client:
             codec.decode(view[at:at + size], memoryview(buf)[off:off + raw])
             at += size
             off += raw
+        if off != len(buf):
+            raise error(error_code("LCT_EPROTO"), f"'{key}': the blobs hold {off} of the tensor's {len(buf)} bytes")
         c = (ctypes.c_char * len(buf)).from_buffer(buf) if buf else None
         if _native.lib().lct_checksum(0, c, len(buf)) != info.checksum:
             raise error(error_code("LCT_ECHECKSUM"), f"'{key}': decoded bytes do not match the stored checksum")

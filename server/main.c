@@ -31,6 +31,8 @@
 #define LCT_VERSION "0"
 #endif
 
+#define LCT__STOP_MARGIN_S 60 /* asked of a service manager past drain_timeout when a stop begins */
+
 static void lct__usage(FILE *to) {
   fputs("usage: lctd [--config FILE] [--listen ENDPOINT]... [--backend auto|cpu|cuda]\n"
         "            [--memory SIZE] [--device N] [--NAME VALUE]...\n"
@@ -55,6 +57,7 @@ typedef struct lct__main {
   int argc;
   char **argv;
   uv_signal_t sigint, sigterm, sighup;
+  int stopping; /* a stop signal came: a SIGHUP now is ignored, not fatal */
   uv_timer_t drain;
   uv_timer_t ipc_sweep;
 } lct__main;
@@ -86,6 +89,8 @@ static void lct__drain_expired(uv_timer_t *t) {
 static void lct__on_signal(uv_signal_t *h, int signum) {
   lct__main *m = h->data;
   lct__notify("STOPPING=1");
+  /* The drain may take drain_timeout; the shutdown save then extends the stop as it writes. */
+  lct__notify_extend((unsigned)(m->srv.cfg.drain_timeout_ms / 1000) + LCT__STOP_MARGIN_S);
   lct__log_info("signal %d: stopping; %" PRIu64 " requests in flight are answered first", signum,
                 m->srv.stats.in_flight);
   lct__transport_stop(m->srv.transport);
@@ -94,7 +99,10 @@ static void lct__on_signal(uv_signal_t *h, int signum) {
     lct__http_stop(m->http);
   uv_close((uv_handle_t *)&m->sigint, NULL);
   uv_close((uv_handle_t *)&m->sigterm, NULL);
-  uv_close((uv_handle_t *)&m->sighup, NULL);
+  /* SIGHUP keeps its handler (a closed one falls back to the default action, which kills): the loop
+   * ends without waiting for it. */
+  m->stopping = 1;
+  uv_unref((uv_handle_t *)&m->sighup);
   uv_close((uv_handle_t *)&m->ipc_sweep, NULL);
   lct__autosave_close(&m->srv);
   /* The timer bounds the drain without keeping the loop alive by itself. */
@@ -141,6 +149,10 @@ static void lct__on_reload(uv_signal_t *h, int signum) {
   lct__main *m = h->data;
   lct__server *srv = &m->srv;
   (void)signum;
+  if (m->stopping) {
+    lct__log_warn("SIGHUP while stopping: no reload; the stop goes on");
+    return;
+  }
   lct__notify("RELOADING=1");
   lct__config fresh;
   lct__auth auth;
@@ -362,6 +374,10 @@ static int lct__close(lct__main *m) {
                   r.written, srv->cfg.persist_dir, r.written_bytes, r.removed,
                   status ? "; some could not be written" : "");
   }
+  /* Closed once the save is done; what is left ignores SIGHUP. */
+  uv_close((uv_handle_t *)&m->sighup, NULL);
+  uv_run(srv->loop, UV_RUN_NOWAIT);
+  signal(SIGHUP, SIG_IGN);
   lct__transport_free(srv->transport);
   srv->transport = NULL;
   lct__inflight_destroy(srv->inflight);
@@ -404,8 +420,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "lctd: libsodium cannot start\n");
     return 1;
   }
-  if (lct__open_state(srv, err, sizeof err) != 0 || lct__open_endpoints(&m, err, sizeof err) != 0)
-    return 1;
+  /* Exit 2 where a restart cannot mend it (RestartPreventExitStatus=2), as for a configuration error. */
+  if ((rc = lct__open_state(srv, err, sizeof err)) != 0 || (rc = lct__open_endpoints(&m, err, sizeof err)) != 0)
+    return rc == LCT_ECONFIG ? 2 : 1;
   if (*srv->cfg.persist_dir != '\0' && lct__autosave_open(srv) != 0) {
     fprintf(stderr, "lctd: out of memory\n");
     return 1;

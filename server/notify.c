@@ -2,11 +2,15 @@
 #include "notify.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lct_error.h"
@@ -34,4 +38,19 @@ int lct__notify(const char *state) {
     ;
   close(fd);
   return n == (ssize_t)strlen(state) ? 1 : LCT_EIO;
+}
+
+void lct__notify_extend(unsigned seconds) {
+  char line[48];
+  snprintf(line, sizeof line, "EXTEND_TIMEOUT_USEC=%llu", (unsigned long long)seconds * 1000000ull);
+  lct__notify(line);
+}
+
+void lct__notify_progress(unsigned seconds) {
+  static atomic_uint_fast64_t last_s; /* the second of the last datagram, + 1: 0 is "never" */
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  uint_fast64_t at = (uint_fast64_t)now.tv_sec + 1, seen = atomic_load(&last_s);
+  if (seen != at && atomic_compare_exchange_strong(&last_s, &seen, at))
+    lct__notify_extend(seconds);
 }

@@ -8,4 +8,13 @@
  * manager), or a negative LCT_EIO / LCT_ECONFIG when sending failed. */
 int lct__notify(const char *state);
 
+/* Asks the service manager for `seconds` more, counted from now, before it
+ * gives up on the start or stop under way (EXTEND_TIMEOUT_USEC; ignored while
+ * the service runs). */
+void lct__notify_extend(unsigned seconds);
+/* lct__notify_extend from work that makes progress (a restore, a save) as it
+ * goes: one datagram a second at most, so that a stall still times out.
+ * Thread-safe. */
+void lct__notify_progress(unsigned seconds);
+
 #endif

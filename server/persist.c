@@ -14,11 +14,13 @@
 
 #include "lct_checksum.h"
 #include "log.h"
+#include "notify.h"
 #include "snapshot_file.h"
 
 #define LCT__SNAP_SUFFIX ".lct"
 #define LCT__SNAP_NAME 36 /* 32 hex digits and the suffix */
 #define LCT__SNAP_IO (4u << 20) /* bytes a save copies out of the pool per write */
+#define LCT__PROGRESS_S 60 /* what a service manager waits past the last write of a save, or file of a restore */
 
 /* The key's file name: two 64-bit FNV-1a hashes (different offset bases) in hex. */
 static void lct__snap_name(const uint8_t *key, size_t len, char name[LCT__SNAP_NAME + 1]) {
@@ -91,6 +93,7 @@ static int lct__write_all(int fd, const void *p, size_t len, uint32_t *crc) {
       return -1;
     b += n;
     len -= (size_t)n;
+    lct__notify_progress(LCT__PROGRESS_S); /* a shutdown save outlasts no stop timeout while it writes */
   }
   return 0;
 }
@@ -428,6 +431,7 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
     int tmp = name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0;
     if (!tmp && !lct__is_snap_name(name))
       continue;
+    lct__notify_progress(LCT__PROGRESS_S); /* a long restore outlasts no start timeout while it reads */
     /* Only regular files are lctd's: anything else is left as it is. */
     struct stat sb;
     const char *kind;
@@ -488,7 +492,7 @@ int lct__persist_load(lct__server *srv, char *err, size_t errlen) {
       /* Left at its name, the next save would remove it as a deleted key's. */
       snprintf(err, errlen, "persist: %s/%s %s (%s) and cannot be renamed aside (%s): move it out of %s",
                path, name, what, why, strerror(errno), path);
-      rc = LCT_EIO;
+      rc = LCT_ECONFIG; /* the operator's to mend: restarting cannot */
       break;
     }
     skipped++;

@@ -68,9 +68,9 @@ void lct__save_abandon(lct__server *srv);
  * NAME.unloaded.N, N = 1..15, where that name is taken); leftover temporary files of an interrupted
  * save are removed. Anything at a snapshot's name that is not a regular file
  * (a symbolic link, FIFO, directory) is logged, counted as skipped and left
- * alone. LCT_EIO, with err saying why, when the directory cannot be created
- * or listed, or a file that did not load cannot be renamed aside: a save
- * would then take it for a deleted key's file and remove it. */
+ * alone. With err saying why: LCT_EIO when the directory cannot be created
+ * or listed, LCT_ECONFIG when a file that did not load cannot be renamed
+ * aside (a save would take it for a deleted key's file and remove it). */
 int lct__persist_load(lct__server *srv, char *err, size_t errlen);
 
 #endif

@@ -104,7 +104,7 @@ static int lct__ipc_access(const char *endpoint, int mode, gid_t gid, char *err,
   if (chmod(path, (mode_t)mode) != 0 || (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0)) {
     snprintf(err, errlen, "%s: cannot set mode %04o%s on %s: %s", endpoint, (unsigned)mode,
              gid != (gid_t)-1 ? " and group" : "", path, strerror(errno));
-    return LCT_EIO;
+    return errno == EPERM ? LCT_ECONFIG : LCT_EIO; /* ipc_group not one of lctd's: a restart cannot mend it */
   }
   return 0;
 }
@@ -151,9 +151,10 @@ int lct__transport_open(uv_loop_t *loop, char *const *endpoints, int n, int max_
     }
     if (ipc) {
       umask(mask);
-      if (lct__ipc_access(s->endpoint, ipc_mode, ipc_gid, err, errlen) != 0) {
+      int rc = lct__ipc_access(s->endpoint, ipc_mode, ipc_gid, err, errlen);
+      if (rc != 0) {
         lct__transport_abort(loop, t);
-        return LCT_EIO;
+        return rc;
       }
     }
     int rc = uv_poll_init(loop, &s->poll, fd);

@@ -50,7 +50,8 @@ grep -q "^RestartPreventExitStatus=2$" "$unit" || fail "RestartPreventExitStatus
 # The per-GPU template: the single unit's service settings and hardening, with its own directories.
 tmpl=$root/etc/systemd/system/lctd@.service
 grep -q "@[A-Z]*@" "$tmpl" && fail "unsubstituted placeholder in the template"
-for want in "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID" "RuntimeDirectory=lct/gpu%i" "StateDirectory=lct/gpu%i" \
+# StateDirectory names lct too: systemd then gives /var/lib/lct itself to the lct user, whoever made it.
+for want in "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID" "RuntimeDirectory=lct/gpu%i" "StateDirectory=lct lct/gpu%i" \
             "Conflicts=lctd.service"; do
   grep -q "^$want$" "$tmpl" || fail "template lacks $want"
 done
@@ -65,7 +66,7 @@ exec_start=${exec_start//\/usr\/local\/bin\/lctd/$root/usr/local/bin/lctd}
 exec_start=${exec_start//\/etc\/lct\/lctd.conf/$root/etc/lct/lctd.conf}
 # shellcheck disable=SC2086 # the unit's command line, split as systemd splits it
 $exec_start --print-config >"$tmp/instance2" 2>&1 || fail "instance 2's command line: $(cat "$tmp/instance2")"
-for want in "device 2" "listen ipc:///run/lct/gpu2/lctd.sock" "listen tcp://127.0.0.1:7880" "metrics 127.0.0.1:9880" \
+for want in "device 2" "backend cuda" "listen ipc:///run/lct/gpu2/lctd.sock" "listen tcp://127.0.0.1:7880" "metrics 127.0.0.1:9880" \
             "persist_dir /var/lib/lct/gpu2"; do
   grep -qx "$want" "$tmp/instance2" || fail "instance 2 lacks '$want': $(cat "$tmp/instance2")"
 done

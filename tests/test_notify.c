@@ -64,3 +64,25 @@ Test(notify, unreachable_socket_is_an_error_not_a_crash) {
   setenv("NOTIFY_SOCKET", "relative/path", 1);
   cr_assert_lt(lct__notify("READY=1"), 0);
 }
+
+Test(notify, progress_extends_the_timeout_at_most_once_a_second) {
+  char name[64];
+  snprintf(name, sizeof name, "/tmp/lct-notify-progress-%d", (int)getpid());
+  unlink(name);
+  int fd = listen_at(name);
+  setenv("NOTIFY_SOCKET", name, 1);
+  lct__notify_extend(70);
+  expect_datagram(fd, "EXTEND_TIMEOUT_USEC=70000000");
+  for (int i = 0; i < 1000; i++)
+    lct__notify_progress(60);
+  expect_datagram(fd, "EXTEND_TIMEOUT_USEC=60000000");
+  char buf[64];
+  ssize_t more = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (more > 0) /* the thousand calls crossed into the next second: one more, no third */
+    cr_assert_lt(recv(fd, buf, sizeof buf, MSG_DONTWAIT), 0, "a third datagram within two seconds");
+  usleep(1100 * 1000);
+  lct__notify_progress(60);
+  expect_datagram(fd, "EXTEND_TIMEOUT_USEC=60000000");
+  close(fd);
+  unlink(name);
+}

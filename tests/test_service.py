@@ -538,7 +538,7 @@ class ServiceTest(unittest.TestCase):
         for k in range(16):  # every name it could be set aside under is taken
             os.mkdir(path + ".corrupt" + (f".{k}" if k else ""))
         d = self.start("--persist-dir", pdir, "--log-level", "warn", wait=False)
-        self.assertNotEqual(d.proc.wait(timeout=20), 0)
+        self.assertEqual(d.proc.wait(timeout=20), 2, "exit 2: a restart cannot mend it")
         d.log.close()
         self.assertIn("cannot be renamed aside", d.stderr())
         self.assertEqual(pathlib.Path(path).read_bytes(), kept)
@@ -690,6 +690,45 @@ class ServiceTest(unittest.TestCase):
         c = d2.client()
         self.assertEqual(sorted(t.key for t in c.list()), [f"big{i}" for i in range(8)])
         self.assertEqual(bytes(c.get("big7")), blob)
+        c.close()
+        self.assertEqual(d2.stop(), 0)
+
+    def test_sighup_while_stopping_is_ignored(self):
+        # SIGHUPs throughout a stop (its drain and its shutdown save) neither reload nor kill: the stop ends
+        # with exit 0, the service manager hears how long it may take, and every tensor is saved.
+        pdir = os.path.join(self.tmp, "state")
+        path = os.path.join(self.tmp, "notify.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.settimeout(20)
+        self.addCleanup(sock.close)
+        d = self.start("--persist-dir", pdir, "--memory", "1G", "--drain-timeout", "7s", "--log-level", "info",
+                       env=dict(os.environ, NOTIFY_SOCKET=path))
+        self.assertEqual(sock.recv(4096), b"READY=1")
+        c = d.client()
+        blob = random.Random(5).randbytes(64 << 20)
+        for i in range(8):
+            c.put(f"big{i}", blob, dtype="raw")  # a shutdown save of 512 MiB
+        c.close()
+        d.terminate()
+        deadline = time.monotonic() + 20
+        while "stopping" not in d.stderr():
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.005)
+        hups = 0
+        while d.proc.poll() is None and hups < 2000:
+            d.proc.send_signal(signal.SIGHUP)
+            hups += 1
+            time.sleep(0.005)
+        self.assertEqual(d.proc.wait(timeout=60), 0, d.stderr())
+        self.assertNotIn("reload:", d.stderr())
+        self.assertEqual(sock.recv(4096), b"STOPPING=1")
+        self.assertEqual(sock.recv(4096), b"EXTEND_TIMEOUT_USEC=67000000", "drain_timeout and a minute")
+        self.assertEqual(sock.recv(4096), b"EXTEND_TIMEOUT_USEC=60000000", "the save's progress")
+        d2 = self.start("--persist-dir", pdir, "--memory", "1G", "--log-level", "warn")
+        c = d2.client()
+        self.assertEqual(sorted(t.key for t in c.list()), [f"big{i}" for i in range(8)])
+        self.assertEqual(bytes(c.get("big3")), blob)
         c.close()
         self.assertEqual(d2.stop(), 0)
 

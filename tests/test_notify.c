@@ -34,12 +34,18 @@ Test(notify, without_a_service_manager_nothing_is_sent) {
   cr_assert_eq(lct__notify("READY=1"), 0);
 }
 
-Test(notify, path_socket_gets_each_state) {
-  char name[64];
-  snprintf(name, sizeof name, "/tmp/lct-notify-test-%d", (int)getpid());
+/* A datagram socket at a fresh path, named by $NOTIFY_SOCKET (name: its path). */
+static int listen_as_notify_socket(char name[64], const char *what) {
+  snprintf(name, 64, "/tmp/lct-notify-%s-%d", what, (int)getpid());
   unlink(name);
   int fd = listen_at(name);
   setenv("NOTIFY_SOCKET", name, 1);
+  return fd;
+}
+
+Test(notify, path_socket_gets_each_state) {
+  char name[64];
+  int fd = listen_as_notify_socket(name, "test");
   cr_assert_eq(lct__notify("READY=1"), 1);
   expect_datagram(fd, "READY=1");
   cr_assert_eq(lct__notify("STOPPING=1"), 1);
@@ -67,10 +73,7 @@ Test(notify, unreachable_socket_is_an_error_not_a_crash) {
 
 Test(notify, progress_extends_the_timeout_at_most_once_a_second) {
   char name[64];
-  snprintf(name, sizeof name, "/tmp/lct-notify-progress-%d", (int)getpid());
-  unlink(name);
-  int fd = listen_at(name);
-  setenv("NOTIFY_SOCKET", name, 1);
+  int fd = listen_as_notify_socket(name, "progress");
   lct__notify_extend(70);
   expect_datagram(fd, "EXTEND_TIMEOUT_USEC=70000000");
   for (int i = 0; i < 1000; i++)

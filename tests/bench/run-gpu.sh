@@ -13,7 +13,7 @@
 # DATA_DIR (default .gpu/tensors if present, else tests/data) holds the
 # *.bf16.bin / *.f32.bin tensors the benchmark tiles. Logs and results go to
 # $OUT (default ./gpu-results); the summary is printed last. LCT_PY_TIMEOUT bounds the
-# Python tests (default 420 s: the torchrun ones start several trainers), LCT_TEST_TIMEOUT,
+# Python tests (default 540 s: the torchrun ones start several trainers), LCT_TEST_TIMEOUT,
 # LCT_BENCH_TIMEOUT and LCT_SAN_TIMEOUT (seconds, per test) bound each step;
 # LCT_SAN_TESTS names the tests run under the sanitizer (default: all but the
 # multi-MiB one); LCT_SOAK_SECONDS is each soak's length (default 120; 0 skips them).
@@ -95,7 +95,7 @@ faults_synth=$(grep -ao 'Synthesis:.*' "$out/faults.log" | tail -1)
 # 5. The Python binding and the offloaded AdamW with the machine's torch (CUDA tensors where it sees a GPU).
 LCT_LIBRARY=$build/lib/liblct.so LCT_CODEC_LIBRARY=$build/lib/liblct_codec.so LCT_LCTD=$build/bin/lctd LCT_CLI=$build/bin/lct \
   PYTHONUNBUFFERED=1 \
-  timeout "${LCT_PY_TIMEOUT:-420}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
+  timeout "${LCT_PY_TIMEOUT:-540}" python3 -m unittest discover -s client/python/tests -v >"$out/python.log" 2>&1
 py_rc=$?
 py_line=$(grep -aE '^(OK|FAILED)' "$out/python.log" | tail -1)
 

@@ -63,6 +63,8 @@ expect_error "size does not match dtype and shape" "$lct" put k "$w" --shape 7
 expect_error "key empty or too long" "$lct" put "" "$w"
 expect_error "cannot reach lctd" "$lct" --endpoint "ipc://$tmp/nobody.sock" ping
 expect_error "unknown option" "$lct" ls --bogus
+expect_error "connections needs a number from 1 to" "$lct" ping --connections 4x
+expect_error "limit needs a positive number" "$lct" ls --limit 10k
 # --timeout, which save takes too.
 expect_error "timeout needs a number of seconds" "$lct" ping --timeout soon
 "$lct" stat layer/g --timeout 2.5 >/dev/null || fail "stat --timeout"

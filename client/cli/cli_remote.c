@@ -24,6 +24,14 @@
 #include "cli_npy.h"
 #include "lct.h"
 
+/* A decimal number written whole ("4", not "4x" or ""); -1 otherwise. */
+static long cli_whole_number(const char *s) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  return end == s || *end != '\0' || errno != 0 ? -1 : v;
+}
+
 const char *cli_endpoint;
 const char *cli_endpoints;
 const char *cli_auth_token_file;
@@ -66,7 +74,7 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
       *(arg[2] == 'r' ? &a->remote : &a->coded) = 1;
       continue;
     } else if (strcmp(arg, "--threads") == 0 || strcmp(arg, "--connections") == 0) {
-      long v = i + 1 < argc ? strtol(argv[++i], NULL, 10) : 0, most = arg[2] == 't' ? 64 : LCT_CONNECTIONS_MAX;
+      long v = i + 1 < argc ? cli_whole_number(argv[++i]) : 0, most = arg[2] == 't' ? 64 : LCT_CONNECTIONS_MAX;
       if (v <= 0 || v > most)
         return cli_fail("%s: %s needs a number from 1 to %ld", argv[0], arg, most);
       *(arg[2] == 't' ? &a->threads : &a->connections) = (int)v;
@@ -75,7 +83,7 @@ static int remote_parse(int argc, char **argv, int max_pos, remote_args *a) {
       a->prometheus = 1;
       continue;
     } else if (strcmp(arg, "--limit") == 0) {
-      if (i + 1 >= argc || (a->limit = strtol(argv[++i], NULL, 10)) <= 0)
+      if (i + 1 >= argc || (a->limit = cli_whole_number(argv[++i])) <= 0)
         return cli_fail("%s: --limit needs a positive number", argv[0]);
       continue;
     } else if (strcmp(arg, "--timeout") == 0) {

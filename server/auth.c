@@ -65,3 +65,31 @@ int lct__auth_plain(const lct__auth *a, const lct__access *acc, const uint8_t *g
     who = lct__select(who, (int)i, lct__token_equal(acc->tenants[i].token, acc->tenants[i].token_len, given, len));
   return who;
 }
+
+/* HMAC-SHA-256 of a proof: the key hashed first when longer than a block, the inner and outer key blocks, the
+ * message (label and nonces, two blocks) and the inner hash. */
+static uint64_t lct__proof_blocks(size_t token_len) { return 5 + (token_len > 64 ? (token_len + 9 + 63) / 64 : 0); }
+
+uint64_t lct__auth_cost(const lct__auth *a, const lct__access *acc) {
+  uint64_t blocks = a->len > 0 ? lct__proof_blocks(a->len) : 0;
+  for (size_t i = 0; acc != NULL && i < acc->n; i++)
+    blocks += lct__proof_blocks(acc->tenants[i].token_len);
+  return blocks;
+}
+
+int lct__auth_budget_take(lct__auth_budget *b, uint64_t now_ms, uint64_t cost) {
+  if (now_ms > b->at_ms) {
+    uint64_t gained = (now_ms - b->at_ms) * LCT__AUTH_BLOCKS_PER_S / 1000;
+    b->blocks = gained >= LCT__AUTH_BLOCKS_PER_S - b->blocks ? LCT__AUTH_BLOCKS_PER_S : b->blocks + gained;
+    b->at_ms = now_ms;
+  }
+  /* An answer that costs more than a second's budget is still checked once the budget is full. */
+  if (b->blocks < cost && b->blocks < LCT__AUTH_BLOCKS_PER_S)
+    return 0;
+  b->blocks -= cost < b->blocks ? cost : b->blocks;
+  return 1;
+}
+
+void lct__auth_budget_refund(lct__auth_budget *b, uint64_t cost) {
+  b->blocks = cost >= LCT__AUTH_BLOCKS_PER_S - b->blocks ? LCT__AUTH_BLOCKS_PER_S : b->blocks + cost;
+}

@@ -41,4 +41,23 @@ int lct__auth_prove(const lct__auth *a, const lct__access *acc, const uint8_t se
  * lct__auth_prove answers. */
 int lct__auth_plain(const lct__auth *a, const lct__access *acc, const uint8_t *given, size_t len);
 
+/* What checking one answer costs: the SHA-256 blocks lct__auth_prove hashes,
+ * a proof per credential (a long token hashes more). */
+uint64_t lct__auth_cost(const lct__auth *a, const lct__access *acc);
+
+/* Wrong answers cost the loop thread a proof per credential, and an attacker
+ * needs no token to send them: their work is bounded by a budget of
+ * LCT__AUTH_BLOCKS_PER_S hash blocks a second (at most one second's saved).
+ * An answer is checked only when the budget holds its cost; a right one gives
+ * the cost back. */
+#define LCT__AUTH_BLOCKS_PER_S 65536 /* about 20 ms of one core a second */
+typedef struct lct__auth_budget {
+  uint64_t blocks; /* what wrong answers may still cost */
+  uint64_t at_ms;  /* when it was last refilled */
+} lct__auth_budget;
+/* Refills b for the time since its last refill (now_ms, a monotonic clock) and
+ * takes cost from it: 1, or 0 (nothing taken) when it holds less. */
+int lct__auth_budget_take(lct__auth_budget *b, uint64_t now_ms, uint64_t cost);
+void lct__auth_budget_refund(lct__auth_budget *b, uint64_t cost);
+
 #endif

@@ -89,6 +89,11 @@ void lct__op_auth(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "an answer to a challenge needs auth_client_nonce");
     return;
   }
+  uint64_t cost = lct__auth_cost(&srv->auth, srv->access);
+  if (!lct__auth_budget_take(&srv->auth_budget, uv_now(srv->loop), cost)) {
+    lct__reply_auth(rq, LCT_EBUSY, "too many wrong answers to challenges lately: answer this one in a second", 0);
+    return; /* the challenge stays: it may still be answered */
+  }
   uint8_t nonce[LCT_AUTH_NONCE_BYTES];
   if (!lct__conns_take_challenge(srv->conns, rq->conn, nonce)) {
     lct__reply_auth(rq, LCT_EACCES,
@@ -106,6 +111,7 @@ void lct__op_auth(lct__request *rq) {
     lct__reply_error(rq, LCT_EACCES, "wrong token: the proof is neither auth_token_file's token's nor a tenant's");
     return;
   }
+  lct__auth_budget_refund(&srv->auth_budget, cost);
   lct__log_debug("connection %016" PRIx64 " authenticated: %s%s", rq->conn, who >= 0 ? "tenant " : "every key",
                  who >= 0 ? srv->access->tenants[who].name : "");
   lct__reply_auth(rq, 0, NULL, 0);

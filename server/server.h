@@ -35,6 +35,7 @@ typedef struct lct__server {
   lct__auth auth;              /* token of auth_token_file: every key */
   lct__access *access;         /* tenants of access_file; NULL: none */
   lct__conns *conns;           /* what each connection authenticated as */
+  lct__auth_budget auth_budget; /* what checking wrong answers to challenges may still cost */
   const char *backend_name;
   uint8_t boot_id[LCT_BOOT_ID_BYTES]; /* this host's (lct_wire_boot_id); zero if unreadable */
   int threads;            /* codec workers */

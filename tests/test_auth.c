@@ -259,3 +259,22 @@ Test(auth, connections_bounded_challenges_apart) {
     cr_assert_eq(lct__conns_who(s, c << 32 | c), (int)(c % 7));
   lct__conns_destroy(s);
 }
+
+Test(auth, wrong_answers_spend_a_budget_refilled_each_second) {
+  lct__auth admin = {strlen(ADMIN), {0}};
+  memcpy(admin.token, ADMIN, admin.len);
+  cr_assert_eq(lct__auth_cost(&admin, NULL), 5, "a short token's proof hashes five blocks");
+  lct__auth long_token = {LCT_TOKEN_MAX, {0}};
+  cr_assert_eq(lct__auth_cost(&long_token, NULL), 5 + 65, "a 4096-byte key is hashed first");
+  lct__auth_budget b = {0, 0};
+  uint64_t t = 5000, taken = 0;
+  while (lct__auth_budget_take(&b, t, 5))
+    taken++;
+  cr_assert_eq(taken, LCT__AUTH_BLOCKS_PER_S / 5, "a second's budget, full at the start");
+  cr_assert(!lct__auth_budget_take(&b, t + 1, 100), "1 ms brings 65 blocks back, not 100");
+  cr_assert(lct__auth_budget_take(&b, t + 2, 100), "2 ms do");
+  lct__auth_budget_refund(&b, 100);
+  cr_assert_eq(b.blocks, 131, "a right answer gives its cost back");
+  cr_assert(lct__auth_budget_take(&b, t + 10000, 2 * LCT__AUTH_BLOCKS_PER_S), "over a second's cost: once full");
+  cr_assert(!lct__auth_budget_take(&b, t + 10000, 1), "then nothing until it refills");
+}

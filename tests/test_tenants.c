@@ -442,3 +442,51 @@ Test(tenants, encoded_commit_refused_for_quota_stays_staged, .init = start_plain
   free(data);
   lct_close(alice);
 }
+
+/* ---- wrong answers to challenges ------------------------------------------ */
+
+/* alice and 999 tenants of 4096-byte tokens: checking one answer hashes more than a second's budget. */
+static void start_many_long_tokens(void) {
+  enum { FILLERS = 999, LONG = 4096 };
+  size_t cap = (size_t)(FILLERS + 1) * (LONG + 64), n = 0;
+  char *contents = malloc(cap);
+  cr_assert_not_null(contents);
+  n += (size_t)snprintf(contents + n, cap - n, "tenant alice " ALICE_TOKEN " alice/ 1M\n");
+  for (int i = 0; i < FILLERS; i++) {
+    n += (size_t)snprintf(contents + n, cap - n, "tenant t%d %0*d p%d/ 1M\n", i, LONG, i, i);
+  }
+  start_with(contents, "off");
+  free(contents);
+}
+
+/* One AUTH on s: a challenge asked for (proof NULL), or a proof answered; its status. */
+static uint32_t auth_call(int s, const uint8_t *proof) {
+  uint8_t client_nonce[LCT_AUTH_NONCE_BYTES] = {0};
+  Lctpb__Request rq = LCTPB__REQUEST__INIT;
+  rq.op = LCTPB__OP__OP_AUTH;
+  if (proof != NULL) {
+    rq.has_auth_client_nonce = rq.has_auth_proof = 1;
+    rq.auth_client_nonce = (ProtobufCBinaryData){sizeof client_nonce, client_nonce};
+    rq.auth_proof = (ProtobufCBinaryData){LCT_AUTH_PROOF_BYTES, (uint8_t *)proof};
+  }
+  Lctpb__Reply *rp;
+  uint32_t status = test_raw_call(s, &rq, NULL, 0, &rp);
+  lctpb__reply__free_unpacked(rp, NULL);
+  return status;
+}
+
+/* Each wrong answer costs lctd a proof per tenant: more than a second's budget of them is answered LCT_EBUSY
+ * unchecked, and the right token still authenticates once the budget has come back. */
+Test(tenants, wrong_answers_have_a_budget, .init = start_many_long_tokens, .fini = stop) {
+  const uint8_t guess[LCT_AUTH_PROOF_BYTES] = {0};
+  int s = test_raw_open(daemon_.tcp);
+  cr_assert_eq(auth_call(s, NULL), 0, "a challenge");
+  cr_assert_eq(auth_call(s, guess), (uint32_t)-LCT_EACCES, "the first wrong answer is checked");
+  cr_assert_eq(auth_call(s, NULL), 0, "another challenge");
+  cr_assert_eq(auth_call(s, guess), (uint32_t)-LCT_EBUSY, "the next, within the second, is not");
+  nn_close(s);
+  test_sleep_ms(1100);
+  lct_client *alice = client_as(daemon_.tcp, alice_);
+  put_ok(alice, "alice/x", "x", 1, NULL);
+  lct_close(alice);
+}

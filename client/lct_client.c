@@ -352,11 +352,14 @@ static int lct__status_fail(lct_client *c, lct__reply *r, const char *hint) {
 
 /* Answers the challenge nonce with the token's proof (proto/lct_auth.h): 0
  * once lctd has authenticated the connection. A challenge lctd no longer
- * holds is answered once more, with the new one its refusal carries. */
+ * holds is answered once more, with the new one its refusal carries; one
+ * lctd was too busy with wrong answers to check is answered again a second
+ * later, within the call's timeout. */
 static int lct__answer(lct_client *c, lct__lane *l, const uint8_t nonce[LCT_AUTH_NONCE_BYTES], int timeout_ms) {
   uint8_t server_nonce[LCT_AUTH_NONCE_BYTES], client_nonce[LCT_AUTH_NONCE_BYTES], proof[LCT_AUTH_PROOF_BYTES];
   memcpy(server_nonce, nonce, sizeof server_nonce);
-  for (int attempt = 0;; attempt++) {
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : lct__now_ms() + (uint64_t)timeout_ms;
+  for (int attempt = 0;;) {
     lct_auth_random(client_nonce, sizeof client_nonce);
     lct_auth_proof(c->token, c->token_len, server_nonce, client_nonce, proof);
     Lctpb__Request rq = LCTPB__REQUEST__INIT;
@@ -372,7 +375,13 @@ static int lct__answer(lct_client *c, lct__lane *l, const uint8_t nonce[LCT_AUTH
       lct__reply_free(&r);
       return 0;
     }
-    if (r.hdr->status != (uint32_t)-LCT_EACCES || !r.hdr->has_auth_nonce || attempt > 0)
+    uint64_t now = lct__now_ms();
+    if (r.hdr->status == (uint32_t)-LCT_EBUSY && now + 1000 < deadline) {
+      lct__reply_free(&r);
+      nanosleep(&(struct timespec){1, 0}, NULL);
+      continue;
+    }
+    if (r.hdr->status != (uint32_t)-LCT_EACCES || !r.hdr->has_auth_nonce || attempt++ > 0)
       return lct__status_fail(c, &r, "");
     memcpy(server_nonce, r.hdr->auth_nonce.data, sizeof server_nonce);
     lct__reply_free(&r);

@@ -145,6 +145,11 @@ int lct__conns_challenge(lct__conns *s, uint64_t conn, uint8_t nonce[LCT_AUTH_NO
   return 0;
 }
 
+int lct__conns_has_challenge(lct__conns *s, uint64_t conn) {
+  const lct__conn_auth *e = *lct__slot(s, conn);
+  return e != NULL && e->challenged;
+}
+
 int lct__conns_take_challenge(lct__conns *s, uint64_t conn, uint8_t nonce[LCT_AUTH_NONCE_BYTES]) {
   lct__conn_auth *e = *lct__slot(s, conn);
   if (e == NULL || !e->challenged)

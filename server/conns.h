@@ -27,6 +27,8 @@ int lct__conns_who(lct__conns *s, uint64_t conn);
  * an authentication conn has stays until the challenge is answered. 0 or
  * LCT_ENOMEM. */
 int lct__conns_challenge(lct__conns *s, uint64_t conn, uint8_t nonce[LCT_AUTH_NONCE_BYTES]);
+/* Whether conn has a challenge outstanding. */
+int lct__conns_has_challenge(lct__conns *s, uint64_t conn);
 /* Takes conn's outstanding challenge, which is good for one answer: 1 and
  * the nonce, or 0 when there is none. */
 int lct__conns_take_challenge(lct__conns *s, uint64_t conn, uint8_t nonce[LCT_AUTH_NONCE_BYTES]);

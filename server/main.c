@@ -89,6 +89,7 @@ static void lct__drain_expired(uv_timer_t *t) {
 static void lct__on_signal(uv_signal_t *h, int signum) {
   lct__main *m = h->data;
   lct__notify("STOPPING=1");
+  lct__notify_changing(1);
   /* The drain may take drain_timeout; the shutdown save then extends the stop as it writes. */
   lct__notify_extend((unsigned)(m->srv.cfg.drain_timeout_ms / 1000) + LCT__STOP_MARGIN_S);
   lct__log_info("signal %d: stopping; %" PRIu64 " requests in flight are answered first", signum,
@@ -197,7 +198,7 @@ static int lct__open_backend(const lct__config *cfg, int workers, lct__backend *
 #else
   if (cfg->backend == LCT__BACKEND_CUDA) {
     lct__log_error("backend cuda: this lctd was built without CUDA (LCT_CUDA=OFF)");
-    return LCT_ENODEV;
+    return LCT_ECONFIG; /* a restart cannot mend it */
   }
 #endif
   *name = "cpu";
@@ -352,6 +353,7 @@ static void lct__announce(const lct__main *m) {
     lct__log_warn("request_memory %" PRIu64 " holds fewer than two messages of frame_size + 1M: while one that "
                   "large is in flight, no other request is read", srv->cfg.request_memory);
   /* Every endpoint is bound and the pool reserved: ready for a service manager. */
+  lct__notify_changing(0);
   int rc = lct__notify("READY=1");
   if (rc < 0)
     lct__log_warn("cannot notify $NOTIFY_SOCKET of readiness: %s", lct_strerror(rc));
@@ -374,10 +376,6 @@ static int lct__close(lct__main *m) {
                   r.written, srv->cfg.persist_dir, r.written_bytes, r.removed,
                   status ? "; some could not be written" : "");
   }
-  /* Closed once the save is done; what is left ignores SIGHUP. */
-  uv_close((uv_handle_t *)&m->sighup, NULL);
-  uv_run(srv->loop, UV_RUN_NOWAIT);
-  signal(SIGHUP, SIG_IGN);
   lct__transport_free(srv->transport);
   srv->transport = NULL;
   lct__inflight_destroy(srv->inflight);
@@ -386,7 +384,8 @@ static int lct__close(lct__main *m) {
   lct__conns_destroy(srv->conns);
   lct__access_unref(srv->access);
   lct__pool_destroy(srv->pool);
-  uv_loop_close(srv->loop);
+  /* The SIGHUP handle stays to the end (a closed one restores the default action, which kills), so the loop
+   * is not closed: the process ends next. */
   lct__config_free(&srv->cfg);
   lct__log_info("stopped");
   return status;
@@ -420,6 +419,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "lctd: libsodium cannot start\n");
     return 1;
   }
+  lct__notify_changing(1); /* the restore extends the start as it reads */
   /* Exit 2 where a restart cannot mend it (RestartPreventExitStatus=2), as for a configuration error. */
   if ((rc = lct__open_state(srv, err, sizeof err)) != 0 || (rc = lct__open_endpoints(&m, err, sizeof err)) != 0)
     return rc == LCT_ECONFIG ? 2 : 1;

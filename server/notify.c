@@ -46,8 +46,14 @@ void lct__notify_extend(unsigned seconds) {
   lct__notify(line);
 }
 
+static atomic_int lct__changing; /* a start or stop is under way */
+
+void lct__notify_changing(int changing) { atomic_store(&lct__changing, changing); }
+
 void lct__notify_progress(unsigned seconds) {
   static atomic_uint_fast64_t last_s; /* the second of the last datagram, + 1: 0 is "never" */
+  if (!atomic_load(&lct__changing))
+    return;
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   uint_fast64_t at = (uint_fast64_t)now.tv_sec + 1, seen = atomic_load(&last_s);

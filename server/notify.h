@@ -13,8 +13,11 @@ int lct__notify(const char *state);
  * the service runs). */
 void lct__notify_extend(unsigned seconds);
 /* lct__notify_extend from work that makes progress (a restore, a save) as it
- * goes: one datagram a second at most, so that a stall still times out.
- * Thread-safe. */
+ * goes, while a start or stop is under way (lct__notify_changing): one
+ * datagram a second at most, so that a stall still times out. Thread-safe. */
 void lct__notify_progress(unsigned seconds);
+/* Whether a start or a stop is under way: progress extends a timeout only then
+ * (one sent while running would stretch RuntimeMaxSec=). */
+void lct__notify_changing(int changing);
 
 #endif

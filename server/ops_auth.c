@@ -89,21 +89,23 @@ void lct__op_auth(lct__request *rq) {
     lct__reply_error(rq, LCT_EINVAL, "an answer to a challenge needs auth_client_nonce");
     return;
   }
+  if (!lct__conns_has_challenge(srv->conns, rq->conn)) {
+    lct__reply_auth(rq, LCT_EACCES,
+                    "no challenge outstanding on this connection: answer the one this reply carries", 1);
+    return;
+  }
   uint64_t cost = lct__auth_cost(&srv->auth, srv->access);
   if (!lct__auth_budget_take(&srv->auth_budget, uv_now(srv->loop), cost)) {
     lct__reply_auth(rq, LCT_EBUSY, "too many wrong answers to challenges lately: answer this one in a second", 0);
     return; /* the challenge stays: it may still be answered */
   }
   uint8_t nonce[LCT_AUTH_NONCE_BYTES];
-  if (!lct__conns_take_challenge(srv->conns, rq->conn, nonce)) {
-    lct__reply_auth(rq, LCT_EACCES,
-                    "no challenge outstanding on this connection: answer the one this reply carries", 1);
-    return;
-  }
+  lct__conns_take_challenge(srv->conns, rq->conn, nonce);
   int who = lct__auth_prove(&srv->auth, srv->access, nonce, h->auth_client_nonce.data, h->auth_proof.data);
   sodium_memzero(nonce, sizeof nonce);
   /* A wrong answer also ends an earlier authentication of the connection. */
   if (lct__conns_set(srv->conns, rq->conn, who) != 0) {
+    lct__auth_budget_refund(&srv->auth_budget, cost);
     lct__reply_error(rq, LCT_ENOMEM, "out of memory recording the connection's authentication");
     return;
   }

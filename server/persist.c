@@ -346,6 +346,7 @@ static int lct__restore_file(lct__server *srv, const lct__snapshot_file *f, lct_
     if ((rc = lct__pool_alloc(srv->pool, sg->blob_bytes, &sg->blob)) != 0)
       goto fail;
     sg->alloc_bytes = sg->blob_bytes;
+    lct__notify_progress(LCT__PROGRESS_S); /* a file of many segments, too */
     if (be->ops->write(be->ctx, blob, sg->blob_bytes, sg->blob) != 0) {
       rc = LCT_EIO;
       *why = "cannot copy into the pool";

@@ -76,6 +76,10 @@ Test(notify, progress_extends_the_timeout_at_most_once_a_second) {
   int fd = listen_as_notify_socket(name, "progress");
   lct__notify_extend(70);
   expect_datagram(fd, "EXTEND_TIMEOUT_USEC=70000000");
+  lct__notify_progress(60);
+  char none[8];
+  cr_assert_lt(recv(fd, none, sizeof none, MSG_DONTWAIT), 0, "no progress sent while running");
+  lct__notify_changing(1);
   for (int i = 0; i < 1000; i++)
     lct__notify_progress(60);
   expect_datagram(fd, "EXTEND_TIMEOUT_USEC=60000000");
@@ -86,6 +90,7 @@ Test(notify, progress_extends_the_timeout_at_most_once_a_second) {
   usleep(1100 * 1000);
   lct__notify_progress(60);
   expect_datagram(fd, "EXTEND_TIMEOUT_USEC=60000000");
+  lct__notify_changing(0);
   close(fd);
   unlink(name);
 }

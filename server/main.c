@@ -3,7 +3,6 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <time.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +32,6 @@
 #endif
 
 #define LCT__STOP_MARGIN_S 60 /* asked of a service manager past drain_timeout when a stop begins */
-#define LCT__REPLY_FLUSH_MS 200 /* what the last replies of a drain get to leave before the sockets close */
 
 static void lct__usage(FILE *to) {
   fputs("usage: lctd [--config FILE] [--listen ENDPOINT]... [--backend auto|cpu|cuda]\n"
@@ -60,7 +58,6 @@ typedef struct lct__main {
   char **argv;
   uv_signal_t sigint, sigterm, sighup;
   int stopping; /* a stop signal came: a SIGHUP now is ignored, not fatal */
-  uint64_t replies_at_stop; /* srv.stats.requests when it came */
   uv_timer_t drain;
   uv_timer_t ipc_sweep;
 } lct__main;
@@ -106,7 +103,6 @@ static void lct__on_signal(uv_signal_t *h, int signum) {
   /* SIGHUP keeps its handler (a closed one falls back to the default action, which kills): the loop
    * ends without waiting for it. */
   m->stopping = 1;
-  m->replies_at_stop = m->srv.stats.requests;
   uv_unref((uv_handle_t *)&m->sighup);
   uv_close((uv_handle_t *)&m->ipc_sweep, NULL);
   lct__autosave_close(&m->srv);
@@ -380,10 +376,6 @@ static int lct__close(lct__main *m) {
                   r.written, srv->cfg.persist_dir, r.written_bytes, r.removed,
                   status ? "; some could not be written" : "");
   }
-  /* nanomsg writes a reply from its own thread and drops what it has not written when its socket closes
-   * (it keeps no linger): replies the drain sent get a moment to leave first. */
-  if (srv->stats.requests != m->replies_at_stop)
-    nanosleep(&(struct timespec){0, LCT__REPLY_FLUSH_MS * 1000000L}, NULL);
   lct__transport_free(srv->transport);
   srv->transport = NULL;
   lct__inflight_destroy(srv->inflight);

@@ -2,6 +2,7 @@
 #include "transport.h"
 
 #include <errno.h>
+#include <time.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <nanomsg/tcp.h>
@@ -33,6 +34,7 @@ struct lct__transport {
   lct__on_message cb;
   void *arg;
   int paused;      /* lct__transport_pause */
+  uint64_t last_send_ns; /* uv_hrtime of the last reply handed to nanomsg; 0: none */
   int n;
   lct__sock socks[];
 };
@@ -187,6 +189,7 @@ int lct__transport_send(lct__transport *t, int sock, void *control, void *msg, s
     nn_freemsg(control);
     return LCT_EIO;
   }
+  t->last_send_ns = uv_hrtime();
   return 0;
 }
 
@@ -228,6 +231,12 @@ void lct__transport_stop(lct__transport *t) {
 void lct__transport_free(lct__transport *t) {
   if (t == NULL)
     return;
+  /* nanomsg writes a message from its own thread and drops what it has not written when its socket closes
+   * (it keeps no linger): the last replies get LCT__LINGER_MS to leave. */
+  uint64_t linger = LCT__LINGER_MS * 1000000ull;
+  uint64_t since = t->last_send_ns != 0 ? uv_hrtime() - t->last_send_ns : linger;
+  if (since < linger)
+    nanosleep(&(struct timespec){0, (long)(linger - since)}, NULL);
   for (int i = 0; i < t->n; i++)
     if (t->socks[i].fd >= 0)
       nn_close(t->socks[i].fd);

@@ -45,7 +45,10 @@ void lct__transport_pause(lct__transport *t, int paused);
 
 /* Stops polling; call before the loop's last run. */
 void lct__transport_stop(lct__transport *t);
-/* Closes the sockets and frees; after the loop has ended. */
+#define LCT__LINGER_MS 200 /* what the last replies get to leave before the sockets close */
+/* Closes the sockets, once LCT__LINGER_MS have passed since the last send
+ * (nanomsg drops what it has not yet written), and frees t; after the loop
+ * has ended. */
 void lct__transport_free(lct__transport *t);
 
 #endif

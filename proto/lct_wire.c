@@ -1,6 +1,7 @@
 /* lct_wire.c — frame prefix, split and header validation shared by lctd and liblct. */
 #include "lct_wire.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,15 +127,21 @@ int lct_token_file_read(const char *path, uint8_t token[LCT_TOKEN_MAX], size_t *
   FILE *f = fopen(path, "r");
   if (f == NULL)
     return LCT_EIO;
-  char line[LCT_TOKEN_MAX + 3];
+  /* The token passes through stdio's buffer and the line: both ours, both
+   * wiped, so that no copy outlives the call in freed memory. */
+  char iobuf[LCT_TOKEN_MAX + 8], line[LCT_TOKEN_MAX + 3];
+  setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
   size_t n = 0;
   if (fgets(line, sizeof line, f) != NULL)
     n = strcspn(line, "\r\n");
   int whole = n < sizeof line - 1 || line[n] == '\n';
   fclose(f);
-  if (n == 0 || n > LCT_TOKEN_MAX || !whole)
-    return LCT_EINVAL;
-  memcpy(token, line, n);
-  *len = n;
-  return 0;
+  int rc = n == 0 || n > LCT_TOKEN_MAX || !whole ? LCT_EINVAL : 0;
+  if (rc == 0) {
+    memcpy(token, line, n);
+    *len = n;
+  }
+  sodium_memzero(iobuf, sizeof iobuf);
+  sodium_memzero(line, sizeof line);
+  return rc;
 }

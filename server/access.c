@@ -167,15 +167,15 @@ static int lct__access_distinct(const lct__access_parse *p, const lct__access *a
   return 0;
 }
 
-/* The lines of f into a; 0 or LCT_ECONFIG with p->line set. */
-static int lct__access_read(lct__access_parse *p, FILE *f, lct__access *a) {
-  char line[LCT__ACCESS_LINE];
+/* The lines of f into a, each read into line (LCT__ACCESS_LINE bytes); 0
+ * or LCT_ECONFIG with p->line set. */
+static int lct__access_read(lct__access_parse *p, FILE *f, lct__access *a, char *line) {
   int endpoints_seen = 0;
   size_t cap = 0;
-  while (fgets(line, sizeof line, f) != NULL) {
+  while (fgets(line, LCT__ACCESS_LINE, f) != NULL) {
     p->line++;
     size_t len = strlen(line);
-    if (len == sizeof line - 1 && line[len - 1] != '\n')
+    if (len == LCT__ACCESS_LINE - 1 && line[len - 1] != '\n')
       return lct__access_fail(p, "line longer than %d bytes", LCT__ACCESS_LINE - 2);
     char *hash = strchr(line, '#');
     if (hash != NULL)
@@ -238,8 +238,14 @@ int lct__access_load(const char *path, const uint8_t *admin_token, size_t admin_
     return lct__access_fail(&p, "out of memory");
   }
   a->refs = 1;
-  int rc = lct__access_read(&p, f, a);
+  /* Tokens pass through stdio's buffer and the line: both ours, both wiped
+   * once the file is closed, so that no copy outlives the load in freed memory. */
+  char iobuf[LCT__ACCESS_LINE], line[LCT__ACCESS_LINE];
+  setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
+  int rc = lct__access_read(&p, f, a, line);
   fclose(f);
+  sodium_memzero(iobuf, sizeof iobuf);
+  sodium_memzero(line, sizeof line);
   if (rc == 0) {
     p.line = 0;
     qsort(a->tenants, a->n, sizeof *a->tenants, lct__tenant_cmp);

@@ -261,28 +261,28 @@ class Client:
         """The tensor's raw bytes, with the stored blobs sent as they are and
         decoded here, on the CPU, through lct.codec; the blobs must cover the
         tensor and the CRC-32C of the result is checked. Returns (bytearray,
-        TensorInfo), or (out, TensorInfo) with the bytes written into out (any
-        writable contiguous buffer of exactly raw_bytes bytes)."""
+        TensorInfo), or (out, TensorInfo) with each blob decoded straight into
+        its place in out (any writable contiguous buffer of exactly raw_bytes
+        bytes; LCT_EINVAL for another size)."""
         from . import codec
         blobs, info = self.get_blob(key)
-        buf = bytearray(info.raw_bytes)
-        view, at, off = memoryview(blobs), 0, 0
-        while at < len(view):
-            size = int.from_bytes(view[at + 32:at + 40], "little")  # FORMAT.md: the blob's blob_size
-            _, _, raw = codec.blob_info(view[at:at + size])
-            if off + raw > len(buf):
-                raise error(error_code("LCT_EPROTO"), f"'{key}': the blobs hold more than the tensor")
-            codec.decode(view[at:at + size], memoryview(buf)[off:off + raw])
-            at += size
-            off += raw
-        if off != len(buf):
-            raise error(error_code("LCT_EPROTO"), f"'{key}': the blobs hold {off} of the tensor's {len(buf)} bytes")
-        c = (ctypes.c_char * len(buf)).from_buffer(buf) if buf else None
-        if _native.lib().lct_checksum(0, c, len(buf)) != info.checksum:
-            raise error(error_code("LCT_ECHECKSUM"), f"'{key}': decoded bytes do not match the stored checksum")
         if out is None:
-            return buf, info
-        memoryview(out).cast("B")[:] = buf
+            out = bytearray(info.raw_bytes)
+        dst, cap, _target = codec._address(out, writable=True)
+        if cap != info.raw_bytes:
+            raise error(error_code("LCT_EINVAL"), f"'{key}': out holds {cap} bytes, the tensor {info.raw_bytes}")
+        src, left, _blobs = codec._address(blobs)
+        off = 0
+        while left:
+            raw, size = codec.blob_next(src, left)
+            if raw > cap - off:
+                raise error(error_code("LCT_EPROTO"), f"'{key}': the blobs hold more than the tensor")
+            codec.decode_into(src, size, dst + off, raw)
+            src, left, off = src + size, left - size, off + raw
+        if off != cap:
+            raise error(error_code("LCT_EPROTO"), f"'{key}': the blobs hold {off} of the tensor's {cap} bytes")
+        if _native.lib().lct_checksum(0, dst, cap) != info.checksum:
+            raise error(error_code("LCT_ECHECKSUM"), f"'{key}': decoded bytes do not match the stored checksum")
         return out, info
 
     def put_many(self, items, stream=None):

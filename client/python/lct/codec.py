@@ -66,6 +66,7 @@ _PROTOTYPES = {
     "lct_codebook_from_data": (_I, [_I, _P, _U64, _CB]),
     "lct_encode": (_I, [_I, _CB, _P, _U64, _P, _SZ, ctypes.POINTER(_EncodeStats)]),
     "lct_blob_info_read": (_I, [_P, _SZ, ctypes.POINTER(_BlobInfo)]),
+    "lct_blob_next": (_I, [_P, _SZ, ctypes.POINTER(_BlobInfo)]),
     "lct_decode": (_I, [_P, _SZ, _P, _SZ]),
 }
 _CUDA_PROTOTYPES = {
@@ -236,6 +237,14 @@ def blob_info(blob):
     info = _BlobInfo()
     check(lib().lct_blob_info_read(ptr, nbytes, ctypes.byref(info)), "reading a blob's header")
     return info.dtype, info.n_elems, info.raw_bytes
+
+
+def blob_next(address, nbytes):
+    """(raw bytes, blob bytes) of the first blob of nbytes at host address
+    holding blobs back to back, its header validated (lct_blob_next)."""
+    info = _BlobInfo()
+    check(lib().lct_blob_next(address, nbytes, ctypes.byref(info)), "reading a blob's header")
+    return info.raw_bytes, info.blob_bytes
 
 
 def decode(blob, out):

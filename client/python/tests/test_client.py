@@ -74,6 +74,12 @@ class TestBasics(LctdTestCase):
             self.assertEqual(bytes(back), a.tobytes())
             self.assertEqual(got.checksum, info.checksum)
             np.testing.assert_array_equal(small.get("coded"), a)
+            into = np.empty_like(a)
+            self.assertIs(small.get_encoded("coded", out=into)[0], into)
+            np.testing.assert_array_equal(into, a)
+            with self.assertRaises(lct.LctError) as cm:
+                small.get_encoded("coded", out=bytearray(a.nbytes - 4))
+            self.assertEqual(cm.exception.code, lct.error_code("LCT_EINVAL"))
 
     def test_large_tensor_travels_in_frames(self):
         # A 64 KiB frame splits this into 17 puts and 17 gets; the odd size ends in a partial frame.

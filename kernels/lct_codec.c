@@ -1,5 +1,4 @@
 /* lct_codec.c — CPU reference encoder and validating decoder for the LCT blob format. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "lct_codec.h"
@@ -91,7 +90,6 @@ static inline void bw_flush(bit_writer *w) {
 /* Writes the last partial byte and zero padding up to a 4-byte boundary
  * (relative to base); returns the section size. */
 static inline uint64_t bw_finish(bit_writer *w, uint8_t *base) {
-  bw_flush(w);
   if (w->n) w->n = 8;
   bw_flush(w);
   while ((w->out - base) % 4) {
@@ -105,62 +103,13 @@ static inline uint64_t bw_finish(bit_writer *w, uint8_t *base) {
  * codebook lacks gets the whole ESC sequence (ESC code, then the symbol), so
  * the hot loop has no branch for it. */
 #define ENC_CODE_MASK 0xffffffu
-/* Bytes of one lane's stream, code or mantissa, at its longest (512 steps of
- * 22 bits: ESC and a 10-bit symbol, or f32's 22 mantissa bits), plus slack
- * for 8-byte reads and writes past its end. */
-#define LANE_IMAGE ((size_t)LCT_LANE_ELEMS * (LCT_MAX_CODE_LEN + 10) / 8 + 16)
-typedef uint8_t lane_images[LCT_LANES][LANE_IMAGE];
-/* A chunk's raw words lane by lane: lane t's word g is chunk word 32 g + t
- * (proto/FORMAT.md, "Lanes"), so a lane's steps lie in order. */
-typedef uint32_t lane_words[LCT_LANES][LCT_LANE_ELEMS];
-
-/* Gathers the nbytes of a chunk into lanes; a partial last word is
- * zero-padded. Rows are taken 8 at a time, so that both the reads and the
- * writes of a block stay in few cache lines. */
-static void gather_lanes(const uint8_t *src, uint32_t nbytes, lane_words lanes) {
-  const uint32_t rows = nbytes / 128;
-  uint32_t g0 = 0;
-  for (; g0 + 8 <= rows; g0 += 8) {
-    for (unsigned t = 0; t < LCT_LANES; t++) {
-      for (uint32_t g = g0; g < g0 + 8; g++) lanes[t][g] = get32(src + 4 * (32 * g + t));
-    }
-  }
-  for (uint32_t g = g0; g < rows; g++) {
-    for (unsigned t = 0; t < LCT_LANES; t++) lanes[t][g] = get32(src + 4 * (32 * g + t));
-  }
-  for (unsigned t = 0; t < LCT_LANES && 128 * rows + 4 * t < nbytes; t++) {
-    const uint32_t at = 128 * rows + 4 * t, len = nbytes - at < 4 ? nbytes - at : 4;
-    uint8_t word[4] = {0};
-    memcpy(word, src + at, len);
-    lanes[t][rows] = get32(word);
-  }
-}
-
-/* The inverse: the chunk's nbytes from lanes. */
-static void scatter_lanes(const lane_words lanes, uint32_t nbytes, uint8_t *dst) {
-  const uint32_t rows = nbytes / 128;
-  uint32_t g0 = 0;
-  for (; g0 + 8 <= rows; g0 += 8) {
-    for (unsigned t = 0; t < LCT_LANES; t++) {
-      for (uint32_t g = g0; g < g0 + 8; g++) put32(dst + 4 * (32 * g + t), lanes[t][g]);
-    }
-  }
-  for (uint32_t g = g0; g < rows; g++) {
-    for (unsigned t = 0; t < LCT_LANES; t++) put32(dst + 4 * (32 * g + t), lanes[t][g]);
-  }
-  for (unsigned t = 0; t < LCT_LANES && 128 * rows + 4 * t < nbytes; t++) {
-    const uint32_t at = 128 * rows + 4 * t, len = nbytes - at < 4 ? nbytes - at : 4;
-    uint8_t word[4];
-    put32(word, lanes[t][rows]);
-    memcpy(dst + at, word, len);
-  }
-}
-
+/* Longest code section a chunk can need: every element escaped, plus slack
+ * for the writer's 8-byte stores. */
+#define CODE_SCRATCH ((size_t)LCT_CHUNK_ELEMS * (LCT_MAX_CODE_LEN + 10) / 8 + 16)
 typedef struct {
   lct__layout lay;
   uint32_t enc[LCT_MAX_SYMS - 1];
-  lane_images code, mant; /* each lane's streams, then interleaved into the chunk */
-  lane_words lanes; /* the chunk's raw words, lane by lane */
+  uint8_t scratch[CODE_SCRATCH]; /* the code section is built here, then placed after the mantissas */
 } encoder;
 
 static void encoder_init(encoder *e, const lct_codebook *cb) {
@@ -210,40 +159,6 @@ static inline uint32_t chunk_scan(const uint8_t *src, uint64_t n, const lct__lay
   return h;
 }
 
-/* Section bytes of 32 streams of bits[t] bits, in either version. */
-static uint64_t section_bytes(const uint32_t bits[LCT_LANES]) {
-  uint64_t total = 0;
-  for (unsigned t = 0; t < LCT_LANES; t++) total += bits[t];
-  return pad4((total + 7) / 8);
-}
-
-/* Whole 32-bit words every stream has: the interleaved rows. */
-static uint32_t section_rows(const uint32_t bits[LCT_LANES]) {
-  uint32_t rows = bits[0] / 32;
-  for (unsigned t = 1; t < LCT_LANES; t++) rows = bits[t] / 32 < rows ? bits[t] / 32 : rows;
-  return rows;
-}
-
-/* Lays the lane streams out as one version 2 section at out
- * (proto/FORMAT.md, "Interleaved sections"): rows of one word per lane,
- * then each lane's remaining bits end to end, zero-padded. */
-static void interleave(const lane_images img, const uint32_t bits[LCT_LANES], uint8_t *out) {
-  const uint32_t rows = section_rows(bits);
-  for (uint32_t i = 0; i < rows; i++) {
-    for (unsigned t = 0; t < LCT_LANES; t++) memcpy(out + 4 * (32 * (uint64_t)i + t), img[t] + 4 * i, 4);
-  }
-  const uint64_t bytes = section_bytes(bits);
-  bit_writer tw = {out + 128 * (uint64_t)rows, out + bytes, 0, 0};
-  for (unsigned t = 0; t < LCT_LANES; t++) {
-    for (uint32_t p = 32 * rows; p < bits[t]; p += 32) {
-      const unsigned nb = bits[t] - p < 32 ? bits[t] - p : 32;
-      bw_add(&tw, get32(img[t] + p / 8) & (uint32_t)((1ull << nb) - 1), nb);
-      bw_flush(&tw);
-    }
-  }
-  bw_finish(&tw, out);
-}
-
 /* Writes the kept mantissa bits of n elements as one LSB-first stream of
  * mant_bytes bytes (the section, padding included). */
 static void pack_mantissas_scalar(const uint8_t *src, uint64_t n, unsigned width, unsigned m, unsigned trim,
@@ -291,14 +206,10 @@ static void pack_mantissas(const uint8_t *src, uint64_t n, unsigned width, unsig
 #endif
 
 /* Codes one chunk at dst, which has room for its raw form. The width is a
- * compile-time constant in each caller so the element loop specializes.
- * The chunk's words are gathered lane by lane first; each lane's code and
- * mantissa streams are then written as version 1 writes a lane, on their
- * own, and interleaved. */
+ * compile-time constant in each caller so the element loop specializes. */
 static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, const uint8_t *src, uint64_t n, uint64_t c,
                                   uint8_t *dst, lct_encode_stats *st, const unsigned width) {
   const lct__layout *lay = &e->lay;
-  const unsigned E = 4 / width;
   const uint64_t raw_size = LCT_RAW_CHUNK_HEADER + pad4(n * width);
   unsigned trim;
   const uint32_t check = chunk_scan(src, n, lay, width, c * (LCT_CHUNK_ELEMS * width / 4), &trim);
@@ -307,35 +218,32 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
   if (LCT_CODED_CHUNK_HEADER + mant_bytes >= raw_size) goto raw;
 
   {
+    uint8_t *code = (uint8_t *)e->scratch;
+    bit_writer cw = {code, code + CODE_SCRATCH, 0, 0};
     const unsigned m = lay->mant_bits;
-    uint32_t code_bits[LCT_LANES], mant_bits[LCT_LANES];
-    uint64_t escapes = 0, total = 0;
-    gather_lanes(src, (uint32_t)(n * width), e->lanes);
-    for (unsigned t = 0; t < LCT_LANES; t++) {
-      const uint32_t nt = lct__v2_lane_elems((uint32_t)n, t, E);
-      const uint8_t *lane = (const uint8_t *)e->lanes[t];
-      bit_writer cw = {e->code[t], e->code[t] + LANE_IMAGE, 0, 0};
-      uint32_t i = 0;
-      for (; i + 2 <= nt; i += 2) { /* two codes (<= 44 bits) per flush */
-        uint32_t e0 = e->enc[lct__load_elem(lane, i, width) >> m], e1 = e->enc[lct__load_elem(lane, i + 1, width) >> m];
+    uint64_t escapes = 0, lane_start = 0;
+    memset(dst + 8, 0, LCT_CODED_CHUNK_HEADER - 8); /* lane_bits of empty lanes stay 0 */
+    for (unsigned t = 0; t < LCT_LANES && (uint64_t)t * LCT_LANE_ELEMS < n; t++) {
+      uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS, hi = lo + LCT_LANE_ELEMS < n ? lo + LCT_LANE_ELEMS : n, i = lo;
+      for (; i + 2 <= hi; i += 2) { /* two codes (<= 44 bits) per flush */
+        uint32_t e0 = e->enc[lct__load_elem(src, i, width) >> m], e1 = e->enc[lct__load_elem(src, i + 1, width) >> m];
         escapes += (e0 >> 31) + (e1 >> 31);
         bw_add(&cw, e0 & ENC_CODE_MASK, (e0 >> 24) & 0x7f);
         bw_add(&cw, e1 & ENC_CODE_MASK, (e1 >> 24) & 0x7f);
         bw_flush(&cw);
       }
-      if (i < nt) {
-        uint32_t e0 = e->enc[lct__load_elem(lane, i, width) >> m];
+      if (i < hi) {
+        uint32_t e0 = e->enc[lct__load_elem(src, i, width) >> m];
         escapes += e0 >> 31;
         bw_add(&cw, e0 & ENC_CODE_MASK, (e0 >> 24) & 0x7f);
+        bw_flush(&cw);
       }
-      code_bits[t] = (uint32_t)(8 * (cw.out - e->code[t]) + cw.n);
-      bw_finish(&cw, e->code[t]);
-      mant_bits[t] = nt * keep;
-      if (keep) pack_mantissas(lane, nt, width, m, trim, keep, e->mant[t], pad4(((uint64_t)nt * keep + 7) / 8));
-      total += code_bits[t];
+      uint64_t lane_end = 8 * (uint64_t)(cw.out - code) + cw.n;
+      put16(dst + 8 + 2 * t, (uint16_t)(lane_end - lane_start));
+      lane_start = lane_end;
     }
-    const uint64_t code_bytes = pad4((total + 7) / 8);
-    st->code_bits += total; /* counted for raw fallbacks too: they measure the codebook's fit */
+    const uint64_t code_bytes = bw_finish(&cw, code);
+    st->code_bits += lane_start; /* counted for raw fallbacks too: they measure the codebook's fit */
     st->escapes += escapes;
     const uint64_t size = LCT_CODED_CHUNK_HEADER + mant_bytes + code_bytes;
     if (size >= raw_size) goto raw;
@@ -343,9 +251,9 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
     dst[0] = 1;
     dst[1] = (uint8_t)trim;
     put32(dst + 4, check);
-    for (unsigned t = 0; t < LCT_LANES; t++) put16(dst + 8 + 2 * t, (uint16_t)code_bits[t]);
-    interleave((const uint8_t(*)[LANE_IMAGE])e->mant, mant_bits, dst + LCT_CODED_CHUNK_HEADER);
-    interleave((const uint8_t(*)[LANE_IMAGE])e->code, code_bits, dst + LCT_CODED_CHUNK_HEADER + mant_bytes);
+    uint8_t *mant = dst + LCT_CODED_CHUNK_HEADER;
+    if (keep) pack_mantissas(src, n, width, m, trim, keep, mant, mant_bytes);
+    memcpy(mant + mant_bytes, code, code_bytes);
     return (size_t)size;
   }
 raw:
@@ -378,8 +286,16 @@ static uint32_t header_check(const uint8_t *blob, uint32_t cb_bytes) {
   return lct_check(blob, 24, 0) + lct_check(blob + LCT_HEADER_BYTES, cb_bytes, 6);
 }
 
-static int encode_blob(encoder *e, const lct__layout *lay, int dtype, const lct_codebook *cb, const void *src,
-                       uint64_t n_elems, void *dst, lct_encode_stats *stats) {
+int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_elems, void *dst, size_t cap,
+               lct_encode_stats *stats) {
+  encoder e;
+  int rc = lct__dtype_layout(dtype, &e.lay);
+  if (rc) return rc;
+  if ((n_elems && !src) || !dst) return LCT_EINVAL;
+  if (e.lay.sym_bits && (!cb || cb->dtype != dtype || cb->n_syms != e.lay.n_syms)) return LCT_EINVAL;
+  if (n_elems > (UINT64_MAX / 8) || lct_chunk_count(n_elems) > UINT32_MAX) return LCT_E2BIG;
+  if (cap < lct_encode_bound(dtype, n_elems)) return LCT_EBUFSIZE;
+
   const uint32_t cb_bytes = (uint32_t)lct_codebook_bytes(dtype), n_chunks = (uint32_t)lct_chunk_count(n_elems);
   uint8_t *out = dst;
   const uint8_t *in = src;
@@ -394,18 +310,17 @@ static int encode_blob(encoder *e, const lct__layout *lay, int dtype, const lct_
      * gives a blob that decodes to src. */
     lct_codebook canon;
     if (lct_codebook_canonical(cb, out + LCT_HEADER_BYTES, cb_bytes, &canon) != 0) return LCT_EINVAL;
-    e->lay = *lay;
-    encoder_init(e, &canon);
+    encoder_init(&e, &canon);
   }
   put32(out + 24, header_check(out, cb_bytes));
 
   uint64_t pos = table + 8 * (uint64_t)n_chunks;
   for (uint64_t c = 0; c < n_chunks; c++) {
     uint64_t n = chunk_elems(n_elems, c);
-    const uint8_t *chunk_src = in + c * LCT_CHUNK_ELEMS * lay->width;
+    const uint8_t *chunk_src = in + c * LCT_CHUNK_ELEMS * e.lay.width;
     put64(out + table + 8 * c, pos);
-    if (lay->sym_bits) {
-      pos += encode_chunk_any(e, chunk_src, n, c, out + pos, &st);
+    if (e.lay.sym_bits) {
+      pos += encode_chunk_any(&e, chunk_src, n, c, out + pos, &st);
     } else {
       st.raw_chunks++;
       pos += encode_raw_chunk(chunk_src, n, 1, lct_check(chunk_src, n, c * (LCT_CHUNK_ELEMS / 4)), out + pos);
@@ -417,29 +332,13 @@ static int encode_blob(encoder *e, const lct__layout *lay, int dtype, const lct_
   return 0;
 }
 
-int lct_encode(int dtype, const lct_codebook *cb, const void *src, uint64_t n_elems, void *dst, size_t cap,
-               lct_encode_stats *stats) {
-  lct__layout lay;
-  int rc = lct__dtype_layout(dtype, &lay);
-  if (rc) return rc;
-  if ((n_elems && !src) || !dst) return LCT_EINVAL;
-  if (lay.sym_bits && (!cb || cb->dtype != dtype || cb->n_syms != lay.n_syms)) return LCT_EINVAL;
-  if (n_elems > (UINT64_MAX / 8) || lct_chunk_count(n_elems) > UINT32_MAX) return LCT_E2BIG;
-  if (cap < lct_encode_bound(dtype, n_elems)) return LCT_EBUFSIZE;
-  encoder *e = lay.sym_bits ? malloc(sizeof *e) : NULL; /* about 160 KiB: kept off the caller's stack */
-  if (lay.sym_bits && !e) return LCT_ENOMEM;
-  rc = encode_blob(e, &lay, dtype, cb, src, n_elems, dst, stats);
-  free(e);
-  return rc;
-}
-
 /* ---- decoder ---------------------------------------------------------- */
 
 int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info) {
   const uint8_t *p = blob;
   if (!blob || len < LCT_HEADER_BYTES) return LCT_ECORRUPT;
   if (memcmp(p, "LCTZ", 4) != 0) return LCT_ECORRUPT;
-  if (p[4] != LCT_FORMAT_VERSION && p[4] != 1) return LCT_EVERSION; /* version 1 blobs still decode */
+  if (p[4] != LCT_FORMAT_VERSION) return LCT_EVERSION;
   lct__layout lay;
   if (lct__dtype_layout(p[5], &lay)) return LCT_ECORRUPT;
   uint64_t n_elems = get64(p + 8);
@@ -488,16 +387,12 @@ static int zero_bits_after(const uint8_t *sec, uint64_t sec_bytes, uint64_t used
 typedef struct {
   lct__layout lay;
   uint16_t table[1 << LCT_MAX_CODE_LEN];
-  lane_images code, mant; /* version 2: each lane's streams, taken out of the interleaved sections */
-  lane_words lanes;       /* version 2: the decoded words, lane by lane */
 } decoder;
 
-/* Where a lane decoder reads: code and mantissa bits from cbase and mbase
- * (clen and mlen bytes). */
 typedef struct {
   const uint16_t *table;
-  const uint8_t *cbase, *mbase;
-  uint64_t clen, mlen;
+  const uint8_t *blob;
+  uint64_t len;
   unsigned m, s, trim, keep, esc;
   uint64_t kmask, smask;
 } lane_decoder;
@@ -506,8 +401,8 @@ typedef struct {
  * An invalid code sets *bad and consumes nothing; the caller checks once. */
 static inline uint32_t decode_elem(const lane_decoder *ld, uint64_t *pos, uint64_t *mpos, uint32_t *bad,
                                    const int in_bounds) {
-  /* in_bounds: the caller proved every read stays 8 bytes inside its buffer */
-  uint64_t v = in_bounds ? get64(ld->cbase + (*pos >> 3)) >> (*pos & 7) : peek64(ld->cbase, ld->clen, *pos);
+  /* in_bounds: the caller proved every read stays 8 bytes inside the blob */
+  uint64_t v = in_bounds ? get64(ld->blob + (*pos >> 3)) >> (*pos & 7) : peek64(ld->blob, ld->len, *pos);
   uint32_t ent = ld->table[v & ((1u << LCT_MAX_CODE_LEN) - 1)];
   *bad |= !ent;
   uint32_t l = ent >> 11, sym = ent & 0x7ff;
@@ -516,7 +411,7 @@ static inline uint32_t decode_elem(const lane_decoder *ld, uint64_t *pos, uint64
     sym = (uint32_t)((v >> l) & ld->smask);
     *pos += ld->s;
   }
-  uint64_t mv = in_bounds ? get64(ld->mbase + (*mpos >> 3)) >> (*mpos & 7) : peek64(ld->mbase, ld->mlen, *mpos);
+  uint64_t mv = in_bounds ? get64(ld->blob + (*mpos >> 3)) >> (*mpos & 7) : peek64(ld->blob, ld->len, *mpos);
   uint32_t mant = (uint32_t)(mv & ld->kmask);
   *mpos += ld->keep;
   return sym << ld->m | mant << ld->trim;
@@ -532,113 +427,69 @@ static inline void store_elem(uint8_t *out, uint64_t i, uint32_t x, const unsign
   }
 }
 
-/* Takes the 32 lane streams of a version 2 section (sec_bytes, already
- * checked against bits) out into img, each followed by 8 zero bytes; the
- * caller bounds every bits[t] by a lane image. */
-static void deinterleave(const uint8_t *sec, uint64_t sec_bytes, const uint32_t bits[LCT_LANES], lane_images img) {
-  const uint32_t rows = section_rows(bits);
-  for (uint32_t i = 0; i < rows; i++) {
-    for (unsigned t = 0; t < LCT_LANES; t++) memcpy(img[t] + 4 * i, sec + 4 * (32 * (uint64_t)i + t), 4);
-  }
-  uint64_t pos = 8 * 128 * (uint64_t)rows;
-  for (unsigned t = 0; t < LCT_LANES; t++) {
-    uint32_t p = 32 * rows;
-    for (; p < bits[t]; p += 32) {
-      const unsigned nb = bits[t] - p < 32 ? bits[t] - p : 32;
-      put32(img[t] + p / 8, (uint32_t)peek64(sec, sec_bytes, pos) & (uint32_t)((1ull << nb) - 1));
-      pos += nb;
-    }
-    memset(img[t] + p / 8, 0, 8);
-  }
-}
-
 /* Decodes one coded chunk (header already read) into out; the chunk's bytes
- * are blob[at, at + size). Lane t's step j is chunk element 512 t + j in
- * version 1, element 32 E (j / E) + E t + j % E in version 2, whose lane streams are taken
- * out of their sections first and whose lanes are decoded side by side,
- * then scattered to their words. Returns 0 or a negative error. */
-static inline __attribute__((always_inline)) int decode_coded_chunk(decoder *d, const uint8_t *blob, uint64_t len,
-                                                                   uint64_t at, uint64_t size, uint64_t n,
-                                                                   uint8_t *out, const unsigned width, const int v2) {
+ * are blob[at, at + size). Returns 0 or a negative error. */
+static inline __attribute__((always_inline)) int decode_coded_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size,
+                                     uint64_t n, uint8_t *out, const unsigned width) {
   const uint8_t *ch = blob + at;
-  const unsigned m = d->lay.mant_bits, s = d->lay.sym_bits, trim = ch[1], keep = m - trim, E = 4 / width;
+  const unsigned m = d->lay.mant_bits, s = d->lay.sym_bits, trim = ch[1], keep = m - trim;
   const unsigned esc = d->lay.n_syms - 1;
-  uint32_t lane_bits[LCT_LANES], lane_elems[LCT_LANES], mant_bits[LCT_LANES];
-  uint64_t total = 0;
+  uint64_t lane_start[LCT_LANES + 1], total = 0;
   for (unsigned t = 0; t < LCT_LANES; t++) {
-    const uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS;
-    lane_bits[t] = get16(ch + 8 + 2 * t);
-    lane_elems[t] = v2 ? lct__v2_lane_elems((uint32_t)n, t, E)
-                       : (uint32_t)(lo >= n ? 0 : (n - lo < LCT_LANE_ELEMS ? n - lo : LCT_LANE_ELEMS));
-    mant_bits[t] = lane_elems[t] * keep;
-    /* An empty lane writes nothing; no lane takes more than an ESC sequence per element. */
-    if (lane_bits[t] > lane_elems[t] * (LCT_MAX_CODE_LEN + s)) return LCT_ECORRUPT;
-    total += lane_bits[t];
+    uint16_t bits = get16(ch + 8 + 2 * t);
+    if ((uint64_t)t * LCT_LANE_ELEMS >= n && bits) return LCT_ECORRUPT;
+    lane_start[t] = total;
+    total += bits;
   }
+  lane_start[LCT_LANES] = total;
   const uint64_t mant_bytes = pad4((n * keep + 7) / 8), code_bytes = pad4((total + 7) / 8);
   if (LCT_CODED_CHUNK_HEADER + mant_bytes + code_bytes != size) return LCT_ECORRUPT;
   const uint64_t mant_at = at + LCT_CODED_CHUNK_HEADER, code_at = mant_at + mant_bytes;
   if (!zero_bits_after(blob + mant_at, mant_bytes, n * keep) || !zero_bits_after(blob + code_at, code_bytes, total))
     return LCT_ECORRUPT;
 
-  /* Each lane's first code and mantissa bit, and its last code bit. */
-  uint64_t code_start[LCT_LANES], mant_start[LCT_LANES], code_end[LCT_LANES];
-  lane_decoder ld = {d->table, blob, blob, len, len, m, s, trim, keep, esc, ((uint64_t)1 << keep) - 1,
-                     ((uint64_t)1 << s) - 1};
-  if (v2) {
-    deinterleave(blob + code_at, code_bytes, lane_bits, d->code);
-    deinterleave(blob + mant_at, mant_bytes, mant_bits, d->mant);
-    ld.cbase = d->code[0];
-    ld.mbase = d->mant[0];
-    ld.clen = ld.mlen = sizeof d->code;
-  }
-  for (unsigned t = 0, sum = 0; t < LCT_LANES; sum += lane_bits[t], t++) {
-    code_start[t] = v2 ? 8 * LANE_IMAGE * t : code_at * 8 + sum;
-    mant_start[t] = v2 ? 8 * LANE_IMAGE * t : mant_at * 8 + (uint64_t)t * LCT_LANE_ELEMS * keep;
-    code_end[t] = code_start[t] + lane_bits[t];
-  }
+  const uint64_t code_bit0 = code_at * 8, mant_bit0 = mant_at * 8;
+  const lane_decoder ld = {d->table, blob, len, m, s, trim, keep, esc, ((uint64_t)1 << keep) - 1, ((uint64_t)1 << s) - 1};
   /* Lanes are independent streams: decoding four at once overlaps their
-   * load-lookup-shift dependency chains. A lane has no more steps than the
-   * one before it. */
+   * load-lookup-shift dependency chains. */
   enum { GROUP = 4 };
-  for (unsigned g = 0; g < LCT_LANES && lane_elems[g]; g += GROUP) {
-    uint64_t pos[GROUP], mpos[GROUP];
-    uint8_t *lane_out[GROUP];
+  for (unsigned g = 0; g < LCT_LANES && (uint64_t)g * LCT_LANE_ELEMS < n; g += GROUP) {
+    uint64_t pos[GROUP], mpos[GROUP], cnt[GROUP];
     uint32_t bad = 0;
     for (unsigned k = 0; k < GROUP; k++) {
-      pos[k] = code_start[g + k];
-      mpos[k] = mant_start[g + k];
-      lane_out[k] = v2 ? (uint8_t *)d->lanes[g + k] : out + (uint64_t)(g + k) * LCT_LANE_ELEMS * width;
+      uint64_t lo = (uint64_t)(g + k) * LCT_LANE_ELEMS;
+      cnt[k] = lo >= n ? 0 : (n - lo < LCT_LANE_ELEMS ? n - lo : LCT_LANE_ELEMS);
+      pos[k] = code_bit0 + lane_start[g + k];
+      mpos[k] = mant_bit0 + lo * keep;
     }
     /* A lane reads at most 22 bits per element past its start: when even the
-     * last lane of the group stays 8 bytes inside the blob, skip the checks
-     * (lane images have that room). */
-    const int in_bounds = v2 || (pos[GROUP - 1] + LCT_LANE_ELEMS * (LCT_MAX_CODE_LEN + 10)) / 8 + 8 <= len;
-#define LANE_STEP(k, j, checked)                                                                              \
-  store_elem(lane_out[k], (j), decode_elem(&ld, &pos[k], &mpos[k], &bad, checked), width)
-    const uint32_t common = lane_elems[g + GROUP - 1];
+     * last lane of the group stays 8 bytes inside the blob, skip the checks. */
+    const int in_bounds = (pos[GROUP - 1] + LCT_LANE_ELEMS * (LCT_MAX_CODE_LEN + 10)) / 8 + 8 <= len;
+    uint8_t *lane_out = out + (uint64_t)g * LCT_LANE_ELEMS * width;
     if (in_bounds) {
-      for (uint32_t j = 0; j < common; j++) {
-        for (unsigned k = 0; k < GROUP; k++) LANE_STEP(k, j, 1);
+      for (uint64_t j = 0; j < cnt[GROUP - 1]; j++) {
+        for (unsigned k = 0; k < GROUP; k++)
+          store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 1), width);
       }
     } else {
-      for (uint32_t j = 0; j < common; j++) {
-        for (unsigned k = 0; k < GROUP; k++) LANE_STEP(k, j, 0);
+      for (uint64_t j = 0; j < cnt[GROUP - 1]; j++) {
+        for (unsigned k = 0; k < GROUP; k++)
+          store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
       }
     }
     for (unsigned k = 0; k < GROUP; k++) {
-      for (uint32_t j = common; j < lane_elems[g + k]; j++) LANE_STEP(k, j, 0);
-      if (pos[k] != code_end[g + k]) bad = 1;
+      for (uint64_t j = cnt[GROUP - 1]; j < cnt[k]; j++) {
+        store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
+      }
+      if (pos[k] != code_bit0 + lane_start[g + k + 1]) bad = 1;
     }
-#undef LANE_STEP
     if (bad) return LCT_ECORRUPT;
   }
-  if (v2) scatter_lanes((const uint32_t(*)[LCT_LANE_ELEMS])d->lanes, (uint32_t)(n * width), out);
   return 0;
 }
 
-HOT_CLONES static int decode_chunk(decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size,
-                                   uint64_t n, uint64_t c, uint8_t *out, int v2) {
+HOT_CLONES static int decode_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size, uint64_t n,
+                        uint64_t c, uint8_t *out) {
   const unsigned w = d->lay.width;
   const uint8_t *ch = blob + at;
   if (size < LCT_RAW_CHUNK_HEADER || ch[2] || ch[3]) return LCT_ECORRUPT;
@@ -650,13 +501,11 @@ HOT_CLONES static int decode_chunk(decoder *d, const uint8_t *blob, uint64_t len
     rc = 0;
   } else if (ch[0] == 1 && d->lay.sym_bits) {
     if (ch[1] > d->lay.mant_bits || size < LCT_CODED_CHUNK_HEADER) return LCT_ECORRUPT;
-#define CODED(width, version) decode_coded_chunk(d, blob, len, at, size, n, out, width, version)
     switch (w) {
-    case 4: rc = v2 ? CODED(4, 1) : CODED(4, 0); break;
-    case 2: rc = v2 ? CODED(2, 1) : CODED(2, 0); break;
-    default: rc = v2 ? CODED(1, 1) : CODED(1, 0); break;
+    case 4: rc = decode_coded_chunk(d, blob, len, at, size, n, out, 4); break;
+    case 2: rc = decode_coded_chunk(d, blob, len, at, size, n, out, 2); break;
+    default: rc = decode_coded_chunk(d, blob, len, at, size, n, out, 1); break;
     }
-#undef CODED
   } else {
     return LCT_ECORRUPT;
   }
@@ -666,18 +515,19 @@ HOT_CLONES static int decode_chunk(decoder *d, const uint8_t *blob, uint64_t len
 
 /* The one decoder of a whole blob: into dst, or (dst NULL) chunk by chunk
  * into a chunk-sized scratch, each chunk handed to fn (validation). */
-static int decode_blob(decoder *d, const void *blob, size_t len, void *dst, size_t cap, lct_chunk_fn fn, void *arg) {
+static int decode_blob(const void *blob, size_t len, void *dst, size_t cap, lct_chunk_fn fn, void *arg) {
   lct_blob_info info;
   int rc = lct_blob_info_read(blob, len, &info);
   if (rc) return rc;
   if (dst && cap < info.raw_bytes) return LCT_EBUFSIZE;
   const uint8_t *p = blob;
-  lct__dtype_layout(info.dtype, &d->lay);
+  decoder d;
+  lct__dtype_layout(info.dtype, &d.lay);
   uint32_t cb_bytes = get32(p + 20);
   if (cb_bytes) {
     lct_codebook cb;
     if (lct_codebook_parse(info.dtype, p + LCT_HEADER_BYTES, cb_bytes, &cb)) return LCT_ECORRUPT;
-    lct_codebook_decode_table(&cb, d->table);
+    lct_codebook_decode_table(&cb, d.table);
   }
   uint8_t scratch[dst ? 1 : LCT_CHUNK_ELEMS * 4];
   const uint64_t table = table_offset(cb_bytes);
@@ -687,22 +537,13 @@ static int decode_blob(decoder *d, const void *blob, size_t len, void *dst, size
     uint64_t end = c + 1 < info.n_chunks ? get64(p + table + 8 * (c + 1)) : len;
     if (at != expect || at % 4 || end < at || end > len) return LCT_ECORRUPT;
     uint64_t n = chunk_elems(info.n_elems, c);
-    uint8_t *out = dst ? (uint8_t *)dst + c * LCT_CHUNK_ELEMS * d->lay.width : scratch;
-    rc = decode_chunk(d, p, len, at, end - at, n, c, out, p[4] == 2);
+    uint8_t *out = dst ? (uint8_t *)dst + c * LCT_CHUNK_ELEMS * d.lay.width : scratch;
+    rc = decode_chunk(&d, p, len, at, end - at, n, c, out);
     if (rc) return rc;
-    if (fn) fn(arg, out, n * d->lay.width);
+    if (fn) fn(arg, out, n * d.lay.width);
     expect = end;
   }
   return expect == len ? 0 : LCT_ECORRUPT;
-}
-
-/* decode_blob with its decoder (about 100 KiB) off the caller's stack. */
-static int decode_blob_alloc(const void *blob, size_t len, void *dst, size_t cap, lct_chunk_fn fn, void *arg) {
-  decoder *d = malloc(sizeof *d);
-  if (!d) return LCT_ENOMEM;
-  const int rc = decode_blob(d, blob, len, dst, cap, fn, arg);
-  free(d);
-  return rc;
 }
 
 int lct_decode(const void *blob, size_t len, void *dst, size_t cap) {
@@ -712,11 +553,11 @@ int lct_decode(const void *blob, size_t len, void *dst, size_t cap) {
     if (rc) return rc;
     if (info.raw_bytes) return cap < info.raw_bytes ? LCT_EBUFSIZE : LCT_EINVAL;
   }
-  return decode_blob_alloc(blob, len, dst, cap, NULL, NULL);
+  return decode_blob(blob, len, dst, cap, NULL, NULL);
 }
 
 int lct_validate(const void *blob, size_t len, lct_chunk_fn fn, void *arg) {
-  return decode_blob_alloc(blob, len, NULL, 0, fn, arg);
+  return decode_blob(blob, len, NULL, 0, fn, arg);
 }
 
 size_t lct_codec_struct_size(lct_codec_struct which) {

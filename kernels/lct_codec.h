@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define LCT_FORMAT_VERSION 2 /* written; version 1 is read too */
+#define LCT_FORMAT_VERSION 1
 #define LCT_CHUNK_ELEMS 16384 /* elements per chunk */
 #define LCT_LANES 32          /* independent code streams per chunk */
 #define LCT_LANE_ELEMS 512    /* elements per lane */

@@ -117,7 +117,9 @@ static void assign_codes(lct_codebook *cb) {
     unsigned l = cb->len[s];
     cb->code[s] = 0;
     if (!l) continue;
-    cb->code[s] = (uint16_t)lct__reverse_bits(next[l]++, l);
+    unsigned c = next[l]++, rev = 0;
+    for (unsigned b = 0; b < l; b++) rev |= ((c >> b) & 1u) << (l - 1 - b);
+    cb->code[s] = (uint16_t)rev;
     if (l > cb->max_len) cb->max_len = (uint8_t)l;
   }
 }

@@ -13,11 +13,10 @@
 extern "C" {
 #endif
 
-#define LCT_FORMAT_VERSION 2 /* written; version 1 is read too */
+#define LCT_FORMAT_VERSION 1
 #define LCT_CHUNK_ELEMS 16384 /* elements per chunk */
 #define LCT_LANES 32          /* independent code streams per chunk */
 #define LCT_LANE_ELEMS 512    /* elements per lane */
-#define LCT_LANE_FORWARD 256  /* a lane's steps coded forward; version 2 mirrors the rest */
 #define LCT_MAX_CODE_LEN 12   /* decode tables have 2^12 entries */
 #define LCT_MAX_SYMS 1025     /* 2^10 symbol values plus ESC */
 #define LCT_HEADER_BYTES 40

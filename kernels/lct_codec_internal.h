@@ -29,19 +29,4 @@ static inline uint32_t lct__load_elem(const uint8_t *p, uint64_t i, unsigned wid
   return p[i];
 }
 
-/* Format version 2 (proto/FORMAT.md, "Lanes"): a lane takes one 32-bit word
- * of E = 4 / width elements in every 32 words of the chunk. */
-/* Steps of lane t in a chunk of n elements (version 2). */
-static inline uint32_t lct__v2_lane_elems(uint32_t n, unsigned t, unsigned E) {
-  const uint32_t rem = n % (32 * E), extra = rem > E * t ? rem - E * t : 0;
-  return n / (32 * E) * E + (extra < E ? extra : E);
-}
-
-/* v's low n bits in reverse order. */
-static inline uint32_t lct__reverse_bits(uint32_t v, unsigned n) {
-  uint32_t r = 0;
-  for (unsigned i = 0; i < n; i++) r |= ((v >> i) & 1u) << (n - 1 - i);
-  return r;
-}
-
 #endif

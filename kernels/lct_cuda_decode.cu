@@ -20,7 +20,7 @@ int check_item(const lct_cuda_decode_item *it) {
 
 /* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
  * kernel (one block per blob), then, as its programmatic dependent, the chunk
- * kernel (two warps per chunk, LCT__DEC_CHUNKS chunks of one blob per block).
+ * kernel (a warp pair per chunk, lct__dec_cfg::PAIRS chunks of one blob per block).
  * A lone blob goes with the one-blob parameters. */
 struct decode_launch {
   const lct_cuda_decode_item *items;
@@ -36,15 +36,15 @@ struct decode_launch {
     LCT__LAUNCH_CHECK();
     if (!n_blocks) return 0;
     constexpr size_t smem = lct__dec_smem_bytes<DT>();
-    if (smem) { /* with the static decode table, past the default limit for some dtypes */
+    if (smem) { /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
       static std::atomic<uint64_t> attrs_set{0};
       int dev;
       LCT__CUDA_TRY(cudaGetDevice(&dev));
-      int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N>, (int)smem, false, dev, attrs_set);
+      int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N>, (int)smem, true, dev, attrs_set);
       if (rc) return rc;
     }
-    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N>, (unsigned)n_blocks, LCT__DEC_THREADS, smem,
-                                 stream, p);
+    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N>, (unsigned)n_blocks, lct__dec_cfg<DT>::PAIRS * 64,
+                                 smem, stream, p);
   }
 
   template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
@@ -62,7 +62,8 @@ struct decode_launch {
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      const uint64_t blocks = (lct_chunk_count(it->n_elems) + LCT__DEC_CHUNKS - 1) / LCT__DEC_CHUNKS;
+      constexpr unsigned pairs = lct__dec_cfg<DT>::PAIRS;
+      const uint64_t blocks = (lct_chunk_count(it->n_elems) + pairs - 1) / pairs;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
         int rc = flush<DT>(p, n_blocks);
         if (rc) return rc;
@@ -76,7 +77,7 @@ struct decode_launch {
       t.status = it->status;
       t.begin = (uint32_t)n_blocks;
       t.slot = (uint32_t)i;
-      t.aligned = ((uintptr_t)it->dst & 3) == 0;
+      t.aligned = ((uintptr_t)it->dst & 15) == 0;
       n_blocks += blocks;
     }
     return flush<DT>(p, n_blocks);

@@ -1,8 +1,6 @@
-/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (two warps per chunk, a thread per lane). */
+/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (a pair of warps per chunk). */
 #ifndef LCT_CUDA_DECODE_CUH
 #define LCT_CUDA_DECODE_CUH
-
-#include <type_traits>
 
 #include "lct_cuda_common.cuh"
 
@@ -16,9 +14,9 @@ struct lct__dec_tensor {
   uint8_t *dst;
   uint64_t n_elems;
   int *status;
-  uint32_t begin;   /* its first chunk block in the launch (LCT__DEC_CHUNKS chunks each) */
+  uint32_t begin;   /* its first chunk block in the launch (lct__dec_cfg::PAIRS chunks each) */
   uint32_t slot;    /* its index in the workspace arrays */
-  uint32_t aligned; /* dst is 4-byte aligned */
+  uint32_t aligned; /* dst is 16-byte aligned */
 };
 
 /* What the blobs of a decode launch share: the workspace. */
@@ -82,7 +80,7 @@ __device__ static inline int lct__header_error(const lct__dec_tensor &T, const u
   using L = lct__layout_of<DT>;
   const uint64_t len = T.blob_bytes;
   if (len < LCT_HEADER_BYTES || hw[0] != LCT__MAGIC) return LCT_ECORRUPT;
-  if ((hw[1] & 0xff) != LCT_FORMAT_VERSION && (hw[1] & 0xff) != 1) return LCT_EVERSION;
+  if ((hw[1] & 0xff) != LCT_FORMAT_VERSION) return LCT_EVERSION;
   const uint64_t n_elems = hw[2] | (uint64_t)hw[3] << 32, blob_size = hw[8] | (uint64_t)hw[9] << 32;
   if (((hw[1] >> 8) & 0xff) != DT || ((hw[1] >> 16) & 0xff) != LCT_MAX_CODE_LEN || (hw[1] >> 24) || hw[7])
     return LCT_ECORRUPT;
@@ -281,31 +279,110 @@ template <unsigned W> __device__ static inline void lct__store_elem(uint8_t *out
   }
 }
 
-/* A lane's code stream reader, forward or mirrored: it reads the words a
- * provider hands it, each with the first bit to read as its most significant
- * (forward: a stream word bit-reversed; mirrored: the 32 stream bits below a
- * place, as they lie). The reader stands at bit 32 (wa - 2) + pos of that
- * sequence, pos < 32: lo and hi are words wa - 2 and wa - 1, nw is word wa,
- * read one advance ahead. win is the 32 bits from there on, the first as its
- * most significant bit (one funnel shift, no 64-bit shifts), with the used
- * bits taken since shifted out. bad: an invalid code was read. */
+/* Per-dtype shape of the chunk decoder. A chunk is decoded by a pair of
+ * warps: the code reader, whose lane t follows lane t's code stream (a chain
+ * of dependent table lookups, the decoder's critical path, kept free of all
+ * other work), and the assembler, whose lane t adds lane t's mantissas to the
+ * symbols the reader handed over, checks and stores them. The reader runs a
+ * round (32 symbols per lane) ahead. Each keeps only small windows of the
+ * chunk in shared memory, so that many pairs stay resident per SM. */
+template <int DT> struct lct__dec_cfg {
+  static constexpr unsigned W = lct__dt<DT>::W, S = lct__dt<DT>::S, M = lct__dt<DT>::M;
+  static constexpr unsigned G = 16 / W; /* elements per 16-byte store */
+  /* Mantissa bits are taken E elements (E * M <= 32 bits) per 32-bit window. */
+  static constexpr unsigned E = M == 0   ? G
+                                : 32 / M >= 16 ? 16
+                                : 32 / M >= 8  ? 8
+                                : 32 / M >= 4  ? 4
+                                : 32 / M >= 2  ? 2
+                                               : 1;
+  /* Code ring per lane, in 16-byte granules. The assembler refills it a
+   * round behind the reader (lct__read_codes), so 8 hold the next fast pass
+   * after any round without ESC, which takes at most 12 words. */
+  static constexpr unsigned RG = 8;
+  static constexpr unsigned RW = 4 * RG;
+  static constexpr unsigned MROW = M | 1; /* mantissa row stride, odd: a warp reading one word per row hits 32 banks */
+  /* Store groups a lane stages before they are written out (64 bytes, or a
+   * round's where that is less): the fewer lanes a store instruction
+   * covers, the fewer cache lines it writes parts of. */
+  static constexpr unsigned F = 32 / G < 4 ? 32 / G : 4;
+  /* Chunks (warp pairs) per block, sharing one decode table: for 2-byte
+   * dtypes 8, so that two blocks (1024 threads, 64 registers) fit in
+   * shared memory; for f32 (longer mantissa rows) and fp8 (80 registers) 4,
+   * in three blocks. Fewer pairs per block would leave a grid of one wave
+   * unevenly spread over the SMs. */
+  static constexpr unsigned PAIRS = W == 2 ? 8 : 4;
+  static_assert(W != 2 || E % 2 == 0, "2-byte elements are assembled in pairs");
+  static_assert(4 * RG >= 12 + 17 + 3,
+                "a ring holds a round without ESC, the next fast pass's reads and the rest of the reader's granule");
+};
+
+/* Shared memory of one chunk's warp pair: the reader's code ring (row t: lane
+ * t's) and where the reader stands in it, the round's symbols handed to the
+ * assembler (two rounds: pair p of lane t's symbols, two entries, at [p][t]),
+ * and the assembler's round rows of mantissas (row t: lane t's k words of the
+ * round) and output staging (lane t's latest F store groups). */
+template <int DT> struct lct__dec_pair_smem {
+  uint4 stage[32 * lct__dec_cfg<DT>::F];
+  uint32_t code[32][lct__dec_cfg<DT>::RW];
+  uint32_t wa[2][32]; /* per lane, the reader's word position after round rd, at [rd & 1] (lct__read_codes) */
+  uint32_t syms[2][16][32];
+  uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
+};
+
+/* What the two warps of a chunk tell each other besides the round buffers:
+ * the assembler's one reading of the chunk's place and header, from which
+ * both derive the same view (so that both take one path and meet each
+ * other's barriers, even if the blob changed in between), and the reader's
+ * verdict. */
+struct lct__pair_talk {
+  uint64_t off, end;                      /* the chunk's bytes in the blob (off > end: no valid place) */
+  uint32_t hw[LCT_CODED_CHUNK_HEADER / 4]; /* its header words (zero past the chunk) */
+  uint32_t bad;                           /* the reader's verdict: its part of the chunk fails a check */
+  uint32_t chk;                           /* a raw chunk: the check of the reader's words */
+};
+
+template <int DT> struct lct__dec_smem {
+  lct__dec_pair_smem<DT> pair[lct__dec_cfg<DT>::PAIRS];
+};
+
+/* Dynamic shared memory of a chunk block (none for dtype raw: no codes); the
+ * decode table is static shared memory, at an address the compiler knows. */
+template <int DT> constexpr size_t lct__dec_smem_bytes() { return lct__dt<DT>::S ? sizeof(lct__dec_smem<DT>) : 0; }
+template <int DT> constexpr size_t lct__dec_table_bytes() {
+  return lct__dt<DT>::S ? LCT__TABLE_ENTRIES * sizeof(typename lct__dec_tab<DT>::Ent) : 0;
+}
+
+/* Blocks per SM the register budget is set for: as many as shared memory
+ * admits (228 KiB, 1 KiB reserved per block), up to 1024 threads (64
+ * registers; fp8: 768, for 80 registers and the assembler's 16-element store
+ * groups). */
+template <int DT> constexpr unsigned lct__dec_blocks_per_sm() {
+  constexpr unsigned threads = 64 * lct__dec_cfg<DT>::PAIRS, cap = (lct__dt<DT>::W == 1 ? 768 : 1024) / threads,
+                     fit = (228u << 10) / (lct__dec_smem_bytes<DT>() + lct__dec_table_bytes<DT>() + 1024);
+  static_assert(lct__dec_cfg<DT>::PAIRS < 16 && (fit < cap ? fit : cap) * lct__dec_cfg<DT>::PAIRS >= 12,
+                "a named barrier per pair; at least 12 pairs per SM");
+  return fit < cap ? fit : cap;
+}
+
+/* The pair's named barrier (1 + the pair's index; 0 is __syncthreads'): the
+ * reader waits on it once it has handed a round over, the assembler before
+ * it takes one, so the reader fills one half of syms while the assembler
+ * reads the other. */
+__device__ static inline void lct__pair_sync(unsigned id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
+
+/* A lane's code stream reader. Reader word v is cbase[v], cbase being the
+ * code section's start rounded down to 16 bytes; the ring holds words in
+ * 16-byte granules, granule g in slot g % RG. The reader stands at stream bit
+ * 32 (wa - 2) + pos, pos < 32: lo and hi are words wa - 2 and wa - 1, nw is
+ * word wa, read one advance ahead (from the ring or the code section:
+ * lct__ring_words, lct__section_words), each bit-reversed. win is the 32
+ * stream bits from there on, the first as its most significant bit (one
+ * funnel shift, no 64-bit shifts), with the used bits taken since shifted
+ * out. bad: an invalid code was read. */
 struct lct__code_reader {
   uint32_t lo, hi, nw, pos, wa, win, used, bad;
 };
-
-template <typename Words> __device__ static inline void lct__reader_start(lct__code_reader &r, const Words &words) {
-  r.lo = words(0);
-  r.hi = words(1);
-  r.nw = words(2);
-  r.wa = 2;
-  r.pos = 0;
-  r.win = r.lo;
-  r.used = 0;
-  r.bad = 0;
-}
-
-/* Bits the reader has consumed. */
-__device__ static inline uint32_t lct__reader_bits(const lct__code_reader &r) { return 32 * (r.wa - 2) + r.pos; }
 
 /* Moves the reader to bit t mod 64 of word lo (t's higher bits are not
  * read: lct__take_pair leaves garbage there) and refreshes the window.
@@ -320,7 +397,7 @@ __device__ static inline void lct__advance(lct__code_reader &r, const Words &wor
   r.hi = adv ? r.nw : r.hi;
   r.pos = t & 31;
   r.wa += adv;
-  if (adv) r.nw = words(r.wa);
+  if (adv) r.nw = __brev(words(r.wa));
 }
 
 /* Moves the reader past the used bits (at most 32). */
@@ -331,7 +408,8 @@ template <typename Words> __device__ static inline void lct__commit(lct__code_re
 
 /* Takes one symbol, ESC and invalid codes included, and returns it as an
  * entry's symbol field (at SH): the exact reader, for rounds that met either
- * and for partial chunks. A code takes at most
+ * or whose ring words had not landed, and for a lane's odd last symbol; it
+ * reads the code section itself (lct__section_words). A code takes at most
  * 12 bits, so a fresh window covers two, and the symbol loop commits once
  * per pair; ESC's raw symbol may need more bits than are left, so that path
  * commits before it and again after, leaving a fresh window as a commit
@@ -350,7 +428,7 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
   }
   r.bad |= l == 0;
   lct__commit(r, words);
-  const uint32_t sym = __brev(r.win << l) & TAB::SMASK; /* its bit 0 read first */
+  const uint32_t sym = __brev(r.win << l) & TAB::SMASK; /* written LSB-first */
   r.used = l + TAB::S;
   lct__commit(r, words);
   return sym << TAB::SH;
@@ -358,15 +436,14 @@ __device__ static inline uint32_t lct__take_symbol(lct__code_reader &r, const ty
 
 /* Takes two symbols from a fresh window as if neither were ESC or invalid,
  * without a branch, and moves the reader past them: *pair gets their two
- * entries (of the lower step in the low half: for a mirrored reader, the
- * second), and the return value is the OR of both (RARE set: the round is
- * decoded again by lct__take_symbol). The chain from one lookup to the next
- * is kept short, as it is the decoder's critical path: the second lookup's
- * offset is the window shifted right by the first entry itself (a funnel
- * shift reads its low 5 bits, SHR - l0), and the reader's new place,
- * pos + l0 + l1 = pos + 2 SHR - e0 - e1 modulo 64, takes the whole entries:
- * what lies above bit 5 drops out. */
-template <int DT, bool BACK, typename Words>
+ * entries (the first in the low half), and the return value is the OR of
+ * both (RARE set: the round is decoded again by lct__take_symbol). The
+ * chain from one lookup to the next is kept short, as it is the decoder's
+ * critical path: the second lookup's offset is the window shifted right by
+ * the first entry itself (a funnel shift reads its low 5 bits, SHR - l0),
+ * and the reader's new place, pos + l0 + l1 = pos + 2 SHR - e0 - e1 modulo
+ * 64, takes the whole entries: what lies above bit 5 drops out. */
+template <int DT, typename Words>
 __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const typename lct__dec_tab<DT>::Ent *tab,
                                                  const Words &words, uint32_t *pair) {
   using TAB = lct__dec_tab<DT>;
@@ -374,134 +451,138 @@ __device__ static inline uint32_t lct__take_pair(lct__code_reader &r, const type
   const char *base = reinterpret_cast<const char *>(tab);
   const uint32_t e0 = *reinterpret_cast<const Ent *>(base + ((r.win >> TAB::SHR) & TAB::OFFSETS));
   const uint32_t e1 = *reinterpret_cast<const Ent *>(base + (__funnelshift_r(r.win, 0, e0) & TAB::OFFSETS));
-  *pair = BACK ? __byte_perm(e1, e0, 0x5410) : __byte_perm(e0, e1, 0x5410);
+  *pair = __byte_perm(e0, e1, 0x5410);
   lct__advance(r, words, r.pos + 2 * TAB::SHR - e0 - e1);
   return e0 | e1;
 }
 
-/* Chunks per block of the chunk decoder, two warps each (forward and
- * mirrored steps): they share the blob's decode table. */
-#define LCT__DEC_CHUNKS 4
-#define LCT__DEC_THREADS (LCT__DEC_CHUNKS * 64)
-
-/* Code rows a warp keeps in shared memory: a ring filled a round ahead of
- * its slowest lane, so that the chain of lookups never waits on memory. */
-#define LCT__CODE_RING 32
-
-/* Rounds of mantissa rows in flight or in use: the round being decoded and
- * the next two, so that a copy has two rounds to land. */
-#define LCT__MANT_ROUNDS 3
-
-/* Shared memory of a warp decoding half of a full version 2 chunk: the code
- * ring (the warp's i-th row in slot i % LCT__CODE_RING) and the mantissa rows
- * of three rounds (a round's k rows, and one more that a window may read past
- * them). */
-template <int DT> struct lct__dec_warp_smem {
-  uint32_t code[LCT__CODE_RING][32];
-  uint32_t mant[LCT__MANT_ROUNDS][lct__dt<DT>::M + 1][32];
+/* A lane's code stream as its ring holds it: reader word v is cbase[v],
+ * cbase being the code section's start rounded down to 16 bytes; the
+ * section ends at reader word cend, and the lane's stream starts at reader
+ * bit bit0. Both warps of a pair derive it from the same view. */
+struct lct__code_origin {
+  const uint32_t *cbase;
+  uint32_t cend, bit0;
 };
 
-/* One lane's stream of `bits` bits in a section of a coded chunk
- * (proto/FORMAT.md): its words in the section's first `up` rows, from the
- * stream's start, and in the rows after them, to the stream's end; its
- * middle bits in the tail, from section bit `tail`. Version 1's
- * concatenated streams have no rows: all of a stream is its middle. Bits
- * past the section read as zero: nothing past the chunk is read. */
-struct lct__lane_stream {
-  const uint32_t *base;
-  uint32_t nwords, bits, rows, up, tail, lane;
-
-  __device__ uint32_t row(uint32_t i) const { return __ldg(base + 32 * i + lane); }
-  /* The 32 section bits from bit p on. */
-  __device__ uint32_t section_bits(uint32_t p) const {
-    const uint32_t q = p / 32;
-    const uint32_t lo = q < nwords ? __ldg(base + q) : 0, hi = q + 1 < nwords ? __ldg(base + q + 1) : 0;
-    return __funnelshift_r(lo, hi, p);
-  }
-  /* The 32 stream bits from bit b on (b may be negative; bits outside the
-   * stream read as zero), from each region the window meets. Not inlined:
-   * it serves the slow readers only, and a copy of it in every step of the
-   * unrolled rounds overflowed the instruction cache. */
-  __device__ __noinline__ uint32_t bits32(int b) const {
-    const int mid0 = 32 * up, mid1 = (int)bits - 32 * (int)(rows - up);
-    uint32_t v = 0;
-    /* Each region's first bit in the window [b, b + 32), if it has one. */
-    const int a = max(b, 0), m = max(b, mid0), d = max(b, mid1);
-    if (a < mid0 && a < b + 32) {
-      const uint32_t i = a / 32;
-      v |= __funnelshift_r(row(i), i + 1 < up ? row(i + 1) : 0, a) << (a - b);
-    }
-    if (m < mid1 && m < b + 32) {
-      const int n = min(mid1 - m, 32);
-      const uint32_t x = section_bits(tail + (m - mid0));
-      v |= (n < 32 ? x & ((1u << n) - 1) : x) << (m - b);
-    }
-    if (d < (int)bits && d < b + 32) {
-      const uint32_t o = d - mid1, j = o / 32;
-      v |= __funnelshift_r(row(up + j), up + j + 1 < rows ? row(up + j + 1) : 0, o) << (d - b);
-    }
-    return v;
-  }
+/* Where a code reader takes stream word wa from: its lane's ring row (the
+ * fast pass, over words that have landed there: see lct__read_codes) or the
+ * code section itself (the exact pass, rare: nothing to wait for). */
+template <int DT> struct lct__ring_words {
+  const uint32_t *row;
+  __device__ uint32_t operator()(uint32_t wa) const { return row[wa & (lct__dec_cfg<DT>::RW - 1)]; }
 };
 
-/* A forward reader's words: the stream's words, bit-reversed; the first
- * `landed` from the warp's ring. */
-struct lct__fwd_words {
-  lct__lane_stream st;
-  const uint32_t (*ring)[32];
-  uint32_t landed;
-  __device__ uint32_t operator()(uint32_t i) const {
-    if (i < landed) return __brev(ring[i % LCT__CODE_RING][st.lane]);
-    return __brev(i < st.up ? st.row(i) : st.bits32(32 * (int)i));
-  }
+/* Reader words of a code section ending at word cend: zero past it (never consumed). */
+struct lct__section_words {
+  const uint32_t *cbase;
+  uint32_t cend;
+  __device__ uint32_t operator()(uint32_t wa) const { return wa < cend ? __ldg(cbase + wa) : 0; }
 };
 
-/* A mirrored reader's words: word i is the 32 stream bits below bit
- * bits - 32 i, as they lie (the last rows, from the section's last one
- * down); the first `landed` from the warp's ring. */
-struct lct__back_words {
-  lct__lane_stream st;
-  const uint32_t (*ring)[32];
-  uint32_t landed;
-  __device__ uint32_t operator()(uint32_t i) const {
-    if (i < landed) return ring[i % LCT__CODE_RING][st.lane];
-    if (i < st.rows - st.up) return st.row(st.rows - 1 - i);
-    return st.bits32((int)st.bits - 32 * (int)(i + 1));
-  }
-};
+/* The granules a ring holds once filled for a reader at word wa: those
+ * before the limit (the slots of the granules before wa's are free). */
+template <int DT> __device__ static inline uint32_t lct__ring_limit(uint32_t wa) {
+  return (wa >> 2) + lct__dec_cfg<DT>::RG;
+}
 
-/* Either reader's words from its warp's ring alone: for a round whose words
- * have all landed there. */
-template <bool BACK> struct lct__ring_words {
-  const uint32_t (*ring)[32];
-  unsigned lane;
-  __device__ uint32_t operator()(uint32_t i) const {
-    const uint32_t w = ring[i % LCT__CODE_RING][lane];
-    return BACK ? w : __brev(w);
-  }
-};
-
-/* The lane's stream of bits bits in a section of nwords words at base, as
- * version 1 (concatenated) or 2 (interleaved) lays the 32 lanes' streams out. */
-__device__ static inline lct__lane_stream lct__lane_section(const uint32_t *base, uint32_t nwords, uint32_t bits,
-                                                            bool v2, unsigned lane) {
-  const uint32_t rows = v2 ? __reduce_min_sync(LCT__FULL, bits / 32) : 0, rest = bits - 32 * rows;
-  uint32_t start = rest;
+/* Copies code granule g into its ring slot: 16 bytes when the granule lies
+ * inside the code section's end (cend, in reader words), else its words
+ * before cend one by one; nothing past the chunk is read. */
+template <int DT>
+__device__ static inline void lct__fetch_granule(uint32_t *ring, const uint32_t *cbase, uint32_t g, uint32_t cend) {
+  uint32_t *dst = ring + 4 * (g & (lct__dec_cfg<DT>::RG - 1));
+  const uint32_t v = 4 * g;
+  if (v + 4 <= cend) {
+    lct__cp_async16(dst, cbase + v);
+  } else {
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(LCT__FULL, start, o);
-    if ((int)lane >= o) start += y;
+    for (unsigned i = 0; i < 4; i++) {
+      if (v + i < cend) lct__cp_async4(dst + i, cbase + v + i, true);
+    }
   }
-  start -= rest; /* the lane's first bit in the tail */
-  return {base, nwords, bits, rows, (rows + 1) / 2, 1024 * rows + start, lane};
 }
 
-/* Asynchronous copy of row i of a section into a warp's shared slot. */
-__device__ static inline void lct__fetch_row(uint32_t (*slot)[32], const uint32_t *base, uint32_t i, unsigned lane) {
-  lct__cp_async4(&(*slot)[lane], base + 32 * i + lane, true);
+/* Fetches granules of the stream at o from gfill on into the slots a reader
+ * at word wa is done with; returns the new gfill. */
+template <int DT>
+__device__ static inline uint32_t lct__code_topup(uint32_t *ring, const lct__code_origin &o, uint32_t gfill,
+                                                  uint32_t wa) {
+#pragma unroll 1
+  for (; gfill < lct__ring_limit<DT>(wa); gfill++) lct__fetch_granule<DT>(ring, o.cbase, gfill, o.cend);
+  return gfill;
 }
 
-/* Where chunk c lies and what its header says. */
+/* The words of a round's mantissa rows (k each, laid end to end) a lane
+ * copies: words lane, lane + 32, ..., k of them; the first is column c0 of
+ * row t0, and each next dt rows and dc columns further. */
+struct lct__mant_walk {
+  uint32_t t0, c0, dt, dc;
+};
+
+__device__ static inline lct__mant_walk lct__mant_walk_of(uint32_t k, unsigned lane) {
+  return k ? lct__mant_walk{lane / k, lane % k, 32 / k, 32 % k} : lct__mant_walk{0, 0, 0, 0};
+}
+
+/* Mantissas of round rd: row t gets words [16 k t + k rd, 16 k t + k rd + k)
+ * (lane t's elements [32 rd, 32 rd + 32)), copied by the whole warp, k words
+ * per lane, coalesced. */
+template <int DT>
+__device__ static inline void lct__fetch_mant(uint32_t (*rows)[lct__dec_cfg<DT>::MROW], const uint32_t *mant,
+                                             uint32_t mwords, uint32_t k, uint32_t rd, const lct__mant_walk &m) {
+  uint32_t t = m.t0, c = m.c0;
+  for (uint32_t i = 0; i < k; i++) {
+    const uint32_t g = 16 * k * t + k * rd + c;
+    lct__cp_async4(&rows[t][c], mant + (g < mwords ? g : 0), g < mwords);
+    c += m.dc;
+    t += m.dt;
+    if (c >= k) {
+      c -= k;
+      t++;
+    }
+  }
+}
+
+/* The 32 bits of a lane's mantissa row from bit b on, at their place in the
+ * element (trim). The word after b's may lie past the row's k words (its
+ * bits go unused); where the row has no word after its M (M odd, the stride
+ * then M), its last word is read again instead, so that every read stays in
+ * the lane's own row. */
+template <int DT> __device__ static inline uint32_t lct__mant_window(const uint32_t *row, uint32_t b, uint32_t trim) {
+  constexpr unsigned M = lct__dt<DT>::M, MROW = lct__dec_cfg<DT>::MROW;
+  uint32_t next = (b >> 5) + 1;
+  if constexpr (MROW == M) next = min(next, MROW - 1);
+  return __funnelshift_r(row[b >> 5], row[next], b) << trim;
+}
+
+/* Slot of store group h of lane t's staged groups, swizzled so that both a
+ * lane-per-row write of one group and the flush's F-threads-per-row read
+ * hit 8 distinct 16-byte bank groups per quarter warp. */
+template <int DT> __device__ static inline uint32_t lct__stage_slot(uint32_t t, uint32_t h) {
+  constexpr unsigned F = lct__dec_cfg<DT>::F;
+  return F * t + (h ^ ((t * F / 8) & (F - 1)));
+}
+
+/* Writes the staged store groups j / G to j / G + F - 1 of round rd of every
+ * lane that has them in full: F threads per lane, so each store instruction
+ * writes whole 32-byte sectors of few lines (16-byte stores of 32 lanes 1 KiB
+ * apart leave every sector half-written, which the memory system turns into
+ * read-modify-writes). */
+template <int DT>
+__device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out, uint32_t n, uint32_t rd, uint32_t j,
+                                               unsigned lane) {
+  using C = lct__dec_cfg<DT>;
+  constexpr unsigned W = C::W, G = C::G, F = C::F;
+  const uint32_t h = lane % F;
+#pragma unroll
+  for (uint32_t i = 0; i < F; i++) {
+    const uint32_t t = i * (32 / F) + lane / F, e = t * LCT_LANE_ELEMS + 32 * rd + j + h * G;
+    if (e + G <= n) *reinterpret_cast<uint4 *>(out + (size_t)e * W) = stage[lct__stage_slot<DT>(t, h)];
+  }
+}
+
+/* Where chunk c lies and what its header says, as both warps of its pair
+ * derive it from the assembler's one reading (lct__chunk_read). */
 struct lct__chunk_view {
   const uint32_t *ch; /* the chunk */
   uint64_t size;      /* its bytes */
@@ -513,19 +594,15 @@ struct lct__chunk_view {
   uint32_t mult0;     /* lct__mult(base + g) = (mult0 + 2g) * LCT__CHECK_MUL */
 };
 
-/* Reads chunk c's place in the chunk table and its header words, alike in
- * every lane: 0, or LCT_ECORRUPT for an invalid place or first header word.
- * It runs before the header kernel's verdict is known, so it checks itself
- * that the table lies inside the blob. */
+/* The assembler: reads chunk c's place in the chunk table and, where it is
+ * valid, its header words into talk, for both warps. It runs before the
+ * header kernel's verdict is known, so it checks itself that the table lies
+ * inside the blob. */
 template <int DT>
-__device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
-                                      lct__chunk_view &v) {
+__device__ static void lct__chunk_read(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
+                                       lct__pair_talk &talk) {
   using L = lct__layout_of<DT>;
-  constexpr unsigned W = lct__dt<DT>::W;
-  const uint64_t len = T.blob_bytes, first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
-  v.n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
-  v.out = T.dst + first_elem * W;
-  v.mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
+  const uint64_t len = T.blob_bytes;
   const bool table_inside = L::TABLE + 8ull * n_chunks <= len;
   uint64_t off = 0, end = 0;
   if (lane == 0 && table_inside) {
@@ -535,329 +612,393 @@ __device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, uint
   }
   off = __shfl_sync(LCT__FULL, off, 0);
   end = __shfl_sync(LCT__FULL, end, 0);
-  if (!table_inside || (c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off || end > len ||
-      end - off < LCT_RAW_CHUNK_HEADER)
-    return LCT_ECORRUPT;
-  v.size = end - off;
-  v.ch = reinterpret_cast<const uint32_t *>(T.blob + off);
-  v.hw = lane < LCT_CODED_CHUNK_HEADER / 4 && 4 * lane + 4 <= v.size ? __ldg(v.ch + lane) : 0;
-  const uint32_t h0 = __shfl_sync(LCT__FULL, v.hw, 0);
-  v.stored = __shfl_sync(LCT__FULL, v.hw, 1);
+  const bool valid = table_inside && !((c == 0 && off != L::TABLE + 8ull * n_chunks) || (off & 3) || end < off ||
+                                       end > len || end - off < LCT_RAW_CHUNK_HEADER);
+  if (lane < LCT_CODED_CHUNK_HEADER / 4)
+    talk.hw[lane] =
+        valid && 4 * lane + 4 <= end - off ? __ldg(reinterpret_cast<const uint32_t *>(T.blob + off) + lane) : 0;
+  if (lane == 0) {
+    talk.off = valid ? off : 1;
+    talk.end = valid ? end : 0;
+  }
+}
+
+/* Chunk c's view from what the assembler read (talk), alike in both warps:
+ * 0, or LCT_ECORRUPT for an invalid place or first header word. */
+template <int DT>
+__device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, unsigned lane, const lct__pair_talk &talk,
+                                      lct__chunk_view &v) {
+  constexpr unsigned W = lct__dt<DT>::W;
+  const uint64_t first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
+  v.n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
+  v.out = T.dst + first_elem * W;
+  v.mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
+  if (talk.off > talk.end) return LCT_ECORRUPT;
+  v.size = talk.end - talk.off;
+  v.ch = reinterpret_cast<const uint32_t *>(T.blob + talk.off);
+  v.hw = lane < LCT_CODED_CHUNK_HEADER / 4 ? talk.hw[lane] : 0;
+  const uint32_t h0 = talk.hw[0];
+  v.stored = talk.hw[1];
   v.mode = h0 & 0xff;
   v.trim = (h0 >> 8) & 0xff;
   return h0 >> 16 ? LCT_ECORRUPT : 0;
 }
 
-/* What one warp of a chunk's pair found: an error (alike in every lane), its
- * part of the check and where its lane's steps ended (forward: the bit after
- * the last; mirrored: the lowest). */
-struct lct__half_result {
-  int err;
-  uint32_t chk, end;
-};
-
-/* A raw chunk, the pair's warp `half` taking every other run of 32 words:
- * copy, verify size and padding, and sum its part of the check. */
+/* A raw chunk, by both warps (alternate 32-word runs): copy, verify size,
+ * padding and check. Returns the chunk's status to the assembler, 0 to the
+ * reader. */
 template <int DT>
-__device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane, unsigned half,
-                                     uint32_t *chk_out) {
+__device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane, bool assembler,
+                                     lct__pair_talk &talk, unsigned bar) {
   constexpr unsigned W = lct__dt<DT>::W;
   const uint32_t nbytes = v.n * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
   uint32_t chk = 0, bad = v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw;
-  for (uint32_t j = 32 * half + lane; !bad && j < rw; j += 64) {
+  for (uint32_t j = lane + 32 * assembler; !bad && j < rw; j += 64) {
     const uint32_t x = __ldg(v.ch + 2 + j), b = 4 * j;
     chk += x * ((v.mult0 + 2 * j) * LCT__CHECK_MUL);
     if (b + 4 > nbytes) bad |= x >> (8 * (nbytes - b));
     lct__store_word<W>(v.out, b, x, nbytes, aligned);
   }
-  *chk_out = lct__warp_sum(chk);
-  return __any_sync(LCT__FULL, bad) ? LCT_ECORRUPT : 0;
-}
-
-/* The raw word of steps [E u, E u + E) of a lane's round: their symbols from
- * the round's pairs of entries (sy; a mirrored round's in reverse order),
- * their mantissas from mv (k bits each, the first at bit 0), moved up by trim. */
-template <int DT, bool BACK>
-__device__ static inline uint32_t lct__round_word(const uint32_t *sy, unsigned u, uint32_t mv, uint32_t k,
-                                                  uint32_t trim) {
-  using TAB = lct__dec_tab<DT>;
-  constexpr unsigned W = lct__dt<DT>::W;
-  auto pair = [&](unsigned p) { return sy[BACK ? 15 - p : p]; };
-  const uint32_t kmask = (1u << k) - 1;
-  if constexpr (W == 4) {
-    return TAB::sym_bits(pair(u >> 1) >> (16 * (u & 1))) | (mv & kmask) << trim;
-  } else if constexpr (W == 2) {
-    static_assert(TAB::SH == TAB::M, "2-byte symbols sit at their place in the element");
-    const uint32_t kt = kmask << trim, mt = mv << trim;
-    return (pair(u) & (TAB::SYMS * 0x10001u)) | (mt & kt) | ((mt << (16 - k)) & (kt << 16));
-  } else {
-    uint32_t w = 0;
-#pragma unroll
-    for (unsigned r = 0; r < 4; r++) {
-      const uint32_t e = pair(2 * u + r / 2) >> (16 * (r & 1));
-      w |= (TAB::sym_bits(e) | ((mv >> (k * r)) & kmask) << trim) << (8 * r);
-    }
-    return w;
+  bad = __any_sync(LCT__FULL, bad);
+  chk = lct__warp_sum(chk);
+  if (!assembler && lane == 0) {
+    talk.bad = bad;
+    talk.chk = chk;
   }
+  lct__pair_sync(bar);
+  if (!assembler) return 0;
+  if (bad || talk.bad) return LCT_ECORRUPT;
+  return chk + talk.chk != v.stored ? LCT_ECHECKSUM : 0;
 }
 
-/* Half of a full, aligned version 2 chunk: the forward steps [0, 256) or the
- * mirrored steps [256, 512) of every lane, in rounds of 32 steps (a mirrored
- * warp's from the last down). A round's 16 pairs of lookups run without a
- * branch, and again exactly where any lane met ESC or an invalid code, beside
- * the assembly and 128-byte stores of the round before, so that a warp has
- * two chains of work independent of each other. Code rows stream through the
- * warp's ring, mantissa rows a round ahead. Returns the warp's part of the
- * check; r is left where the lane's steps ended. */
-template <int DT, bool BACK>
-__device__ static uint32_t lct__half_rings(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_warp_smem<DT> &sm,
-                                           const lct__chunk_view &v, const uint32_t *mant, const uint32_t *code,
-                                           const lct__lane_stream &cs, uint32_t k, unsigned lane,
-                                           lct__code_reader &r) {
-  using TAB = lct__dec_tab<DT>;
-  constexpr unsigned E = 4 / lct__dt<DT>::W, ROUNDS = LCT_LANE_FORWARD / 32, BLOCKS = LCT_LANE_ELEMS / 32;
-  const uint32_t trim = v.trim;
-  /* The x-th row a warp takes: forward row x of the rows from the streams'
-   * starts, mirrored the x-th from the section's last row down. */
-  const uint32_t rows = BACK ? cs.rows - cs.up : cs.up;
-  auto row_of = [&](uint32_t x) { return BACK ? cs.rows - 1 - x : x; };
-  uint32_t filled = min(rows, (uint32_t)LCT__CODE_RING), issued = filled;
-  for (uint32_t x = 0; x < filled; x++) lct__fetch_row(&sm.code[x], code, row_of(x), lane);
-  auto block_of = [](uint32_t rd) { return BACK ? BLOCKS - 1 - rd : rd; };
-  for (uint32_t q = 0; q < k; q++) lct__fetch_row(&sm.mant[0][q], mant, block_of(0) * k + q, lane);
+/* The layout of a coded chunk, as lane `lane` sees it. */
+struct lct__coded_view {
+  uint32_t nt;           /* the lane's elements */
+  uint32_t lb;           /* its lane_bits */
+  uint32_t start;        /* its stream's first bit in the code section */
+  uint32_t total;        /* the code section's bits */
+  uint32_t k;            /* kept mantissa bits per element */
+  uint32_t mwords, hwords;
+  const uint32_t *mant, *code;
+};
+
+/* Validates a coded chunk's header against its size. */
+template <int DT>
+__device__ static int lct__coded_open(const lct__chunk_view &v, unsigned lane, lct__coded_view &cv) {
+  constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
+  if (v.mode != 1 || S == 0 || v.trim > M || v.size < LCT_CODED_CHUNK_HEADER) return LCT_ECORRUPT;
+  cv.nt = v.n > lane * LCT_LANE_ELEMS ? min(v.n - lane * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
+  cv.lb = (__shfl_sync(LCT__FULL, v.hw, 2 + lane / 2) >> (16 * (lane & 1))) & 0xffff;
+  uint32_t start = cv.lb;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(LCT__FULL, start, o);
+    if ((int)lane >= o) start += y;
+  }
+  cv.total = __shfl_sync(LCT__FULL, start, 31);
+  cv.start = start - cv.lb;
+  cv.k = M - v.trim;
+  cv.mwords = (v.n * cv.k + 31) / 32;
+  cv.hwords = (cv.total + 31) / 32;
+  if (__any_sync(LCT__FULL, cv.nt == 0 && cv.lb != 0) ||
+      v.size != LCT_CODED_CHUNK_HEADER + 4ull * cv.mwords + 4ull * cv.hwords)
+    return LCT_ECORRUPT;
+  cv.mant = v.ch + LCT_CODED_CHUNK_HEADER / 4;
+  cv.code = cv.mant + cv.mwords;
+  return 0;
+}
+
+/* The origin of lane `lane`'s stream, as both warps of a pair derive it. */
+__device__ static inline lct__code_origin lct__code_origin_of(const lct__coded_view &cv) {
+  const uint32_t *cbase = reinterpret_cast<const uint32_t *>((uintptr_t)cv.code & ~(uintptr_t)15);
+  const uint32_t phase = (uint32_t)(cv.code - cbase);
+  return {cbase, phase + cv.hwords, 32 * phase + cv.start};
+}
+
+/* Rounds of 32 elements per lane in a chunk of n elements. */
+__device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32; }
+
+/* Elements of round rd of a lane of nt elements. */
+__device__ static inline uint32_t lct__round_elems(uint32_t nt, uint32_t rd) {
+  return nt > 32 * rd ? min(nt - 32 * rd, 32u) : 0;
+}
+
+/* The reader warp of a coded chunk: lane t follows lane t's code stream and
+ * hands each round's symbols over in sm.syms, then its verdict (an invalid
+ * code, a stream not consuming exactly lane_bits, nonzero code padding) in
+ * talk.bad. It fills the code ring once; from then on the assembler refills
+ * it (lct__assemble), off the reader's path, from the position the reader
+ * leaves in sm.wa at each hand-over. What the assembler fetches in round rd
+ * lands before the barrier that ends it, so the reader may read it from
+ * round rd + 2 on. */
+template <int DT>
+__device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
+                                       const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
+                                       lct__pair_talk &talk, unsigned bar) {
+  const uint32_t rounds = lct__rounds(v.n);
+  const lct__code_origin o = lct__code_origin_of(cv);
+  const lct__ring_words<DT> ring{sm.code[lane]};
+  const lct__section_words section{o.cbase, o.cend};
+  const uint32_t w0 = o.bit0 >> 5;
+  lct__code_topup<DT>(sm.code[lane], o, o.bit0 >> 7, w0);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
-  uint32_t landed = filled;
-  /* The slow readers take the ring's rows that have landed, else the section's words. */
-  using Slow = typename std::conditional<BACK, lct__back_words, lct__fwd_words>::type;
-  lct__reader_start(r, Slow{cs, sm.code, landed});
 
-  uint32_t *const out32 = reinterpret_cast<uint32_t *>(v.out) + lane;
-  uint32_t chk = 0;
-  uint32_t prev[16]; /* round rd - 1's pairs of entries */
+  lct__code_reader r;
+  r.lo = __brev(ring(w0));
+  r.hi = __brev(ring(w0 + 1));
+  r.wa = w0 + 2;
+  r.nw = __brev(ring(r.wa));
+  r.pos = o.bit0 & 31;
+  r.win = __funnelshift_l(r.hi, r.lo, r.pos);
+  r.used = 0;
+  r.bad = 0;
+  /* Granules before gdone have landed in the ring: the first fill, then what
+   * the assembler fetched for the position handed over a round before the
+   * latest (wa_prev). */
+  uint32_t gdone = lct__ring_limit<DT>(w0), wa_prev = w0;
+
+  for (uint32_t rd = 0; rd < rounds; rd++) {
+    uint32_t *const out = &sm.syms[rd & 1][0][lane];
+    const uint32_t jn = lct__round_elems(cv.nt, rd);
+    /* The round's pairs of symbols, by take_pair from the ring (EXACT false:
+     * returns the OR of the entries it read) or by take_symbol from the
+     * code section. */
+    auto pairs = [&](auto exact) -> uint32_t {
+      constexpr bool EXACT = decltype(exact)::value;
+      uint32_t seen = 0;
+      auto pair = [&](uint32_t p) {
+        if constexpr (EXACT) {
+          const uint32_t s0 = lct__take_symbol<DT>(r, tab, section);
+          out[32 * p] = s0 | lct__take_symbol<DT>(r, tab, section) << 16;
+          lct__commit(r, section);
+        } else {
+          seen |= lct__take_pair<DT>(r, tab, ring, &out[32 * p]);
+        }
+      };
+      if (__all_sync(LCT__FULL, jn == 32)) {
+#pragma unroll
+        for (uint32_t p = 0; p < 16; p++) pair(p);
+      } else {
 #pragma unroll 1
-  for (uint32_t rd = 0; rd <= ROUNDS; rd++) {
-    /* What the round before last fetched has landed (the last round's copies
-     * may still be in flight); every lane is past the rows below the slowest
-     * reader's need, whose slots take the next rows, and round rd + 1's
-     * mantissa rows go where round rd - 2's were. */
-    lct__cp_wait<1>();
-    __syncwarp();
-    landed = filled;
-    filled = issued;
-    /* A slot takes its next row once every lane is past its row and that
-     * row's copy has landed (a lane may have read it from the section). */
-    const uint32_t free_below = min(__reduce_min_sync(LCT__FULL, r.wa), filled);
-    for (; issued < min(rows, free_below + LCT__CODE_RING); issued++)
-      lct__fetch_row(&sm.code[issued % LCT__CODE_RING], code, row_of(issued), lane);
-    if (rd + 1 < ROUNDS)
-      for (uint32_t q = 0; q < k; q++)
-        lct__fetch_row(&sm.mant[(rd + 1) % LCT__MANT_ROUNDS][q], mant, block_of(rd + 1) * k + q, lane);
-    lct__cp_commit();
-    /* Round rd - 1's k rows hold its 32 k mantissa bits; its words are the
-     * lane's words 32 / E blk .. of the chunk. */
-    const uint32_t *mrow = &sm.mant[(rd + LCT__MANT_ROUNDS - 1) % LCT__MANT_ROUNDS][0][lane];
-    const uint32_t g0 = 32 / E * block_of(rd - 1); /* used from round 1 on */
-    uint32_t mul = (v.mult0 + 2 * (32 * g0 + lane)) * LCT__CHECK_MUL;
-    uint32_t b = 0;
-    auto word = [&](unsigned u) {
-      const uint32_t mv = __funnelshift_r(mrow[32 * (b / 32)], mrow[32 * (b / 32) + 32], b);
-      const uint32_t x = lct__round_word<DT, BACK>(prev, u, mv, k, trim);
-      chk += x * mul;
-      mul += 64 * LCT__CHECK_MUL;
-      out32[32 * (g0 + u)] = x;
-      b += E * k;
+        for (uint32_t p = 0; 2 * p + 2 <= jn; p++) pair(p);
+      }
+      return seen;
     };
-    if (rd == ROUNDS) {
-#pragma unroll
-      for (unsigned u = 0; u < 32 / E; u++) word(u);
-      break;
-    }
-    const Slow slow{cs, sm.code, landed};
-    uint32_t sy[16];
+    /* Most rounds hold no ESC and no invalid code: decoded without a branch
+     * per symbol where every lane's ring words have landed. The fast pass
+     * reads at most 16 words past wa, one per pair (12 where it meets
+     * neither, a symbol then taking at most 12 bits; the entries of ESC and
+     * invalid codes move it by a word more, in a pass that is thrown away).
+     * Where they have not landed, or where any lane met ESC or an invalid
+     * code, the whole warp decodes the round exactly, from the state saved
+     * here. */
     const lct__code_reader saved = r;
-    uint32_t seen = 0;
-    /* Pair p's lookups, and the words of the last round that go with it. */
-    auto pass = [&](const auto &words, auto assemble) {
+    const bool landed = __all_sync(LCT__FULL, r.wa + 17 <= 4 * gdone);
+    if (!landed || __any_sync(LCT__FULL, pairs(lct__bool<false>()) & lct__dec_tab<DT>::RARE)) {
+      r = saved;
+      pairs(lct__bool<true>());
+    }
+    if (jn & 1) { /* a partial lane's odd last symbol, by the exact reader */
+      out[32 * (jn >> 1)] = lct__take_symbol<DT>(r, tab, section);
+      lct__commit(r, section);
+    }
+    sm.wa[rd & 1][lane] = r.wa;
+    gdone = lct__ring_limit<DT>(wa_prev);
+    wa_prev = r.wa;
+    lct__pair_sync(bar); /* hand the round over */
+  }
+  /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
+  uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - o.bit0 != cv.lb;
+  if (lane == 0 && (cv.total & 31)) bad |= __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31);
+  bad = __any_sync(LCT__FULL, bad);
+  if (lane == 0) talk.bad = bad;
+  lct__pair_sync(bar);
+}
+
+/* The assembler warp of a coded chunk: lane t rebuilds elements [512 t, 512 t
+ * + 512) from the symbols the reader hands over and the mantissa section,
+ * and stores them. Returns (warp-uniformly) 0, LCT_ECORRUPT (the reader's
+ * verdict included) or LCT_ECHECKSUM. */
+template <int DT>
+__device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk_view &v, const lct__coded_view &cv,
+                                    bool aligned, unsigned lane, const lct__pair_talk &talk, unsigned bar) {
+  using C = lct__dec_cfg<DT>;
+  using TAB = lct__dec_tab<DT>;
+  constexpr unsigned W = C::W, G = C::G, E = C::E;
+  const uint32_t n = v.n, k = cv.k, trim = v.trim;
+  uint8_t *const out = v.out;
+  const lct__mant_walk walk = lct__mant_walk_of(k, lane);
+  const lct__code_origin o = lct__code_origin_of(cv);
+  uint32_t gfill = lct__ring_limit<DT>(o.bit0 >> 5); /* the granule after the reader's first fill */
+  lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, 0, walk);
+  lct__cp_commit();
+  lct__cp_wait<0>();
+  __syncwarp();
+
+  const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+  constexpr unsigned F = C::F;
+  const uint32_t rounds = lct__rounds(n);
+  uint32_t chk = 0, mw = (v.mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
+  for (uint32_t rd = 0; rd < rounds; rd++) {
+    /* In flight while this round is assembled: the next round's rows. */
+    if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], cv.mant, cv.mwords, k, rd + 1, walk);
+    lct__cp_commit();
+    lct__pair_sync(bar); /* the reader has handed this round over */
+    /* The ring slots the reader is done with get the granules it may read
+     * from round rd + 2 on (see lct__read_codes), in flight with the rows. */
+    if (rd + 2 < rounds) gfill = lct__code_topup<DT>(sm.code[lane], o, gfill, sm.wa[rd & 1][lane]);
+    lct__cp_commit();
+    const uint32_t *const syms = &sm.syms[rd & 1][0][lane];
+    const uint32_t *row = sm.mant[rd & 1][lane];
+    const uint32_t jn = lct__round_elems(cv.nt, rd);
+    const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
+    for (uint32_t j = 0; j < jw; j += F * G) { /* F store groups, then a flush */
 #pragma unroll
-      for (unsigned p = 0; p < 16; p++) {
-        seen |= lct__take_pair<DT, BACK>(r, tab, words, &sy[p]);
-        if constexpr (decltype(assemble)::value) {
+      for (uint32_t h = 0; h < F; h++) {
+        if (j + h * G + G > jn) continue;
+        uint32_t w[4]; /* the group's raw words */
+        const uint32_t b0 = (j + h * G) * k;
+        if constexpr (W == 2) {
+          /* Two elements per word as the reader handed them over: their
+           * symbols in place, each mantissa ORed in at its half (the second
+           * moved up by 16 - k). */
+          const uint32_t up = 16 - k;
 #pragma unroll
-          for (unsigned u = 32 / E * p / 16; u < 32 / E * (p + 1) / 16; u++) word(u);
+          for (unsigned i = 0; i < G; i += E) {
+            uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);
+#pragma unroll
+            for (unsigned g = 0; g < E; g += 2) {
+              const uint32_t pair = syms[32 * ((j + h * G + i + g) >> 1)];
+              w[(i + g) / 2] = (pair & (TAB::SYMS * 0x10001u)) | (mv & kmask) | ((mv << up) & (kmask << 16));
+              mv >>= 2 * k;
+            }
+          }
+        } else {
+          uint32_t x[G];
+#pragma unroll
+          for (unsigned g = 0; g < G; g += 2) {
+            const uint32_t pair = syms[32 * ((j + h * G + g) >> 1)];
+            x[g] = TAB::sym_bits(pair);
+            x[g + 1] = TAB::sym_bits(pair >> 16);
+          }
+          /* Mantissas: E at a time, from a 32-bit window of the row's bits. */
+#pragma unroll
+          for (unsigned i = 0; i < G; i += E) {
+            uint32_t mv = lct__mant_window<DT>(row, b0 + i * k, trim);
+#pragma unroll
+            for (unsigned g = 0; g < E; g++) {
+              x[i + g] |= mv & kmask;
+              mv >>= k;
+            }
+          }
+#pragma unroll
+          for (unsigned i = 0; i < 4; i++)
+            w[i] = W == 4 ? x[i] : x[4 * i] | x[4 * i + 1] << 8 | x[4 * i + 2] << 16 | x[4 * i + 3] << 24;
+        }
+#pragma unroll
+        for (unsigned i = 0; i < 4; i++) {
+          chk += w[i] * mw;
+          mw += 2 * LCT__CHECK_MUL;
+        }
+        if (aligned) {
+          sm.stage[lct__stage_slot<DT>(lane, h)] = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+          const uint32_t e = e0 + 32 * rd + j + h * G;
+#pragma unroll
+          for (unsigned g = 0; g < G; g++) lct__store_elem<W>(out, e + g, w[g * W / 4] >> (8 * ((g * W) & 3)));
         }
       }
-    };
-    /* Most rounds hold no ESC and no invalid code, and find every word they
-     * may read in the ring (a pass moves at most 16 pairs of 12-bit codes,
-     * 12 words, and reads one ahead): their pairs are read without a branch.
-     * The others take words where they lie, and a round that met either is
-     * decoded again exactly. */
-    const bool in_ring = __all_sync(LCT__FULL, r.wa + 13 <= landed);
-    auto run = [&](auto assemble) {
-      if (in_ring) {
-        pass(lct__ring_words<BACK>{sm.code, lane}, assemble);
-      } else {
-        pass(slow, assemble);
-      }
-    };
-    if (rd == 0) {
-      run(lct__bool<false>());
-    } else {
-      run(lct__bool<true>());
-    }
-    if (__any_sync(LCT__FULL, seen & TAB::RARE)) {
-      r = saved;
-#pragma unroll
-      for (unsigned p = 0; p < 16; p++) {
-        const uint32_t s0 = lct__take_symbol<DT>(r, tab, slow);
-        const uint32_t s1 = lct__take_symbol<DT>(r, tab, slow);
-        lct__commit(r, slow);
-        sy[p] = BACK ? s1 | s0 << 16 : s0 | s1 << 16;
+      if (aligned) {
+        __syncwarp();
+        lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
+        __syncwarp();
       }
     }
-#pragma unroll
-    for (unsigned p = 0; p < 16; p++) prev[p] = sy[p];
+    for (uint32_t j = jn - jn % G; j < jn; j++) { /* the tail of a partial lane */
+      const uint32_t e = e0 + 32 * rd + j;
+      const uint32_t m = lct__mant_window<DT>(row, j * k, trim) & kmask;
+      const uint32_t x = TAB::sym_bits(syms[32 * (j >> 1)] >> (16 * (j & 1))) | m;
+      chk += (x << (8 * ((e * W) & 3))) * ((v.mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
+      lct__store_elem<W>(out, e, x);
+    }
+    lct__cp_wait<0>();
+    __syncwarp(); /* the next rows have landed; every lane is done with this round's */
   }
-  lct__cp_wait<0>(); /* no copy into the warp's slots outlives it */
-  return chk;
+  uint32_t bad = 0;
+  if (lane == 0 && ((n * k) & 31)) bad = __ldg(cv.mant + cv.mwords - 1) >> ((n * k) & 31);
+  chk = lct__warp_sum(chk);
+  lct__pair_sync(bar); /* the reader's verdict */
+  if (__any_sync(LCT__FULL, bad) || talk.bad) return LCT_ECORRUPT;
+  return chk != v.stored ? LCT_ECHECKSUM : 0;
 }
 
-/* The forward (BACK false) or mirrored steps of a coded chunk, one step at a
- * time straight from the sections: a partial or unaligned chunk, or version
- * 1 (all forward). Returns the warp's part of the check. */
-template <int DT, bool BACK>
-__device__ static uint32_t lct__half_steps(const typename lct__dec_tab<DT>::Ent *tab, const lct__chunk_view &v,
-                                           const lct__lane_stream &cs, const lct__lane_stream &ms, uint32_t nt,
-                                           uint32_t fwd, uint32_t k, bool v2, unsigned lane, lct__code_reader &r) {
-  using TAB = lct__dec_tab<DT>;
-  constexpr unsigned W = lct__dt<DT>::W, E = 4 / W;
-  const uint32_t kmask = (1u << k) - 1, trim = v.trim;
-  using Words = typename std::conditional<BACK, lct__back_words, lct__fwd_words>::type;
-  const Words words{cs, nullptr, 0};
-  lct__reader_start(r, words);
-  uint32_t chk = 0;
-  const uint32_t steps = BACK ? nt - fwd : fwd;
-#pragma unroll 1
-  for (uint32_t i = 0; i < steps; i++) {
-    const uint32_t j = BACK ? nt - 1 - i : i;
-    const uint32_t sym = lct__take_symbol<DT>(r, tab, words);
-    lct__commit(r, words);
-    const uint32_t mv = ms.bits32((int)(j * k));
-    const uint32_t x = TAB::sym_bits(sym) | (mv & kmask) << trim;
-    const uint32_t e = v2 ? 32 * E * (j / E) + E * lane + j % E : lane * LCT_LANE_ELEMS + j;
-    chk += (x << (8 * ((e * W) & 3))) * ((v.mult0 + 2 * ((e * W) >> 2)) * LCT__CHECK_MUL);
-    lct__store_elem<W>(v.out, e, x);
+/* The warp pair of chunk c, once the assembler has read its place and
+ * header into talk (lct__chunk_read): both derive its view from that one
+ * reading (a blob rewritten under them, by a dst overlapping a blob of the
+ * launch, cannot send them different ways: the chunk then fails). Both copy
+ * a raw chunk; of a coded one the reader reads the codes while the assembler
+ * rebuilds the elements. Returns (warp-uniformly) the chunk's status to the
+ * assembler, 0 to the reader. */
+template <int DT>
+__device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
+                                             lct__dec_pair_smem<DT> &sm, lct__pair_talk &talk, uint32_t c,
+                                             unsigned lane, bool assembler, unsigned bar) {
+  lct__chunk_view v;
+  int err = lct__chunk_open<DT>(T, c, lane, talk, v);
+  if (err) return assembler ? err : 0;
+  if (v.mode == 0) return lct__raw_chunk<DT>(v, T.aligned, lane, assembler, talk, bar);
+  lct__coded_view cv;
+  if ((err = lct__coded_open<DT>(v, lane, cv)) != 0) return assembler ? err : 0;
+  if constexpr (lct__dt<DT>::S > 0) {
+    if (!assembler) {
+      lct__read_codes<DT>(tab, sm, v, cv, lane, talk, bar);
+      return 0;
+    }
+    return lct__assemble<DT>(sm, v, cv, T.aligned, lane, talk, bar);
   }
-  return chk;
+  return LCT_ECORRUPT; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
 }
 
-/* A coded chunk, the pair's forward warp (BACK false) or mirrored warp
- * decoding its steps of every lane, a thread per lane. err is 0 or
- * LCT_ECORRUPT. Not inlined: the kernel's two instances, inlined side by
- * side, spilled where each alone fits the register budget. */
-template <int DT, bool BACK>
-__device__ static __noinline__ lct__half_result lct__coded_half(const typename lct__dec_tab<DT>::Ent *tab,
-                                                                lct__dec_warp_smem<DT> &sm, const lct__chunk_view v,
-                                                                bool v2, bool aligned, unsigned lane) {
-  constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M, E = 4 / lct__dt<DT>::W;
-  if (v.mode != 1 || S == 0 || v.trim > M || v.size < LCT_CODED_CHUNK_HEADER) return {LCT_ECORRUPT, 0, 0};
-  const uint32_t n = v.n, k = M - v.trim;
-  uint32_t nt;
-  if (v2) {
-    const uint32_t rem = n % (32 * E), extra = rem > E * lane ? rem - E * lane : 0;
-    nt = n / (32 * E) * E + min(extra, E);
-  } else {
-    nt = n > lane * LCT_LANE_ELEMS ? min(n - lane * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
-  }
-  const uint32_t fwd = v2 ? min(nt, (uint32_t)LCT_LANE_FORWARD) : nt;
-  const uint32_t lb = (__shfl_sync(LCT__FULL, v.hw, 2 + lane / 2) >> (16 * (lane & 1))) & 0xffff;
-  const uint32_t total = lct__warp_sum(lb), mwords = (n * k + 31) / 32, hwords = (total + 31) / 32;
-  if (__any_sync(LCT__FULL, lb > nt * (LCT_MAX_CODE_LEN + S)) ||
-      v.size != LCT_CODED_CHUNK_HEADER + 4ull * mwords + 4ull * hwords)
-    return {LCT_ECORRUPT, 0, 0};
-  const uint32_t *mant = v.ch + LCT_CODED_CHUNK_HEADER / 4, *code = mant + mwords;
-  const lct__lane_stream cs = lct__lane_section(code, hwords, lb, v2, lane);
-  const lct__lane_stream ms = lct__lane_section(mant, mwords, nt * k, v2, lane);
-  lct__code_reader r;
-  const uint32_t chk = v2 && n == LCT_CHUNK_ELEMS && aligned
-                           ? lct__half_rings<DT, BACK>(tab, sm, v, mant, code, cs, k, lane, r)
-                           : lct__half_steps<DT, BACK>(tab, v, cs, ms, nt, fwd, k, v2, lane, r);
-  uint32_t bad = r.bad;
-  if (!BACK) { /* zero padding after each section's last bit */
-    if (lane == 0 && (total & 31)) bad |= __ldg(code + hwords - 1) >> (total & 31);
-    if (lane == 0 && ((n * k) & 31)) bad |= __ldg(mant + mwords - 1) >> ((n * k) & 31);
-  }
-  return {__any_sync(LCT__FULL, bad) ? LCT_ECORRUPT : 0, lct__warp_sum(chk),
-          BACK ? lb - lct__reader_bits(r) : lct__reader_bits(r)};
-}
-
-/* Dynamic shared memory of a chunk block: its warps' rings (none for dtype
- * raw). The decode table is static shared memory, at an address the
- * compiler knows. */
-template <int DT> constexpr size_t lct__dec_smem_bytes() {
-  return lct__dt<DT>::S ? 2 * LCT__DEC_CHUNKS * sizeof(lct__dec_warp_smem<DT>) : 0;
-}
-
-/* Two warps per chunk, the forward and the mirrored steps of its lanes,
- * LCT__DEC_CHUNKS chunks of one blob per block. */
+/* A warp pair per chunk, PAIRS chunks of one blob per block: warp p reads
+ * pair p's codes, warp PAIRS + p assembles them. An SM issues warp w's
+ * instructions from its scheduler w % 4, so every scheduler gets as many
+ * readers (the critical path) as assemblers; with readers on even warps, two
+ * schedulers held all of them. */
 template <int DT, unsigned N>
-__global__ void __launch_bounds__(LCT__DEC_THREADS, 2)
+__global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params<N> p) {
+  constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
+  extern __shared__ __align__(16) uint8_t lct__dec_shared[];
   using Ent = typename lct__dec_tab<DT>::Ent;
   __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
   __shared__ int s_known;
-  __shared__ int s_back_err[LCT__DEC_CHUNKS];              /* the mirrored warps' results */
-  __shared__ uint32_t s_back_chk[LCT__DEC_CHUNKS], s_back_end[LCT__DEC_CHUNKS][32];
-  extern __shared__ __align__(16) uint8_t lct__dec_shared[];
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp >> 1, back = warp & 1;
+  __shared__ lct__pair_talk s_talk[PAIRS];
+  auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % PAIRS;
+  const bool assembler = warp >= PAIRS;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * LCT__DEC_CHUNKS + pair;
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * PAIRS + pair;
   int *const wst = p.common.ws_status + T.slot;
-  /* The blob's chunk table, chunk headers and version byte are the caller's:
-   * read before the header kernel is done, which writes the table and status
-   * read after (and rejects a version other than 1 and 2). */
-  lct__chunk_view v;
-  int err = c < n_chunks ? lct__chunk_open<DT>(T, c, n_chunks, lane, v) : 0;
-  const bool v2 = T.blob_bytes >= 8 && (__ldg(reinterpret_cast<const uint32_t *>(T.blob) + 1) & 0xff) == 2;
+  /* The blob's chunk table and chunk headers are the caller's: read before
+   * the header kernel is done, which writes the table and status read after. */
+  if (assembler && c < n_chunks) lct__chunk_read<DT>(T, c, n_chunks, lane, s_talk[pair]);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (lct__dt<DT>::S > 0) {
     const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.common.tables + (size_t)T.slot * LCT__TABLE_BYTES);
-    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += LCT__DEC_THREADS)
+    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += PAIRS * 64)
       reinterpret_cast<uint4 *>(s_tab)[i] = __ldg(tab_g + i);
   }
-  /* Skip the work once the blob is known corrupt. */
+  /* Skip the work once the blob is known corrupt (read once: both warps of a pair must agree). */
   if (threadIdx.x == 0) s_known = *(volatile int *)wst;
-  __syncthreads();
-  if (c >= n_chunks) return; /* both warps of the pair */
-  if (s_known == 0 && !err) {
-    auto &sm = reinterpret_cast<lct__dec_warp_smem<DT> *>(lct__dec_shared)[warp];
-    lct__half_result h = {LCT_ECORRUPT, 0, 0}; /* a coded chunk in a blob of dtype raw */
-    if (v.mode == 0) {
-      h.err = lct__raw_chunk<DT>(v, T.aligned, lane, back, &h.chk);
-    } else if constexpr (lct__dt<DT>::S > 0) {
-      h = back ? lct__coded_half<DT, true>(s_tab, sm, v, v2, T.aligned, lane)
-               : lct__coded_half<DT, false>(s_tab, sm, v, v2, T.aligned, lane);
-    }
-    if (back) {
-      if (lane == 0) {
-        s_back_err[pair] = h.err;
-        s_back_chk[pair] = h.chk;
-      }
-      s_back_end[pair][lane] = h.end;
-    }
-    asm volatile("bar.sync %0, 64;\n" ::"r"(1 + pair) : "memory"); /* the pair's halves in */
-    if (back) return;
-    /* The forward steps must end exactly where the mirrored ones did. */
-    err = h.err ? h.err : s_back_err[pair];
-    if (!err && v.mode == 1 && __any_sync(LCT__FULL, h.end != s_back_end[pair][lane])) err = LCT_ECORRUPT;
-    if (!err && h.chk + s_back_chk[pair] != v.stored) err = LCT_ECHECKSUM;
-  } else if (back) {
-    return;
-  }
-  if (lane == 0) {
-    if (err && s_known == 0) atomicCAS(wst, 0, err);
+  __syncthreads(); /* also hands each pair's reader the assembler's reading */
+  if (c >= n_chunks) return;
+  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], s_talk[pair], c, lane,
+                                                            assembler, 1 + pair)
+                               : 0;
+  if (assembler && lane == 0) {
+    if (err) atomicCAS(wst, 0, err);
     __threadfence();
     if (atomicAdd(p.common.ws_done + T.slot, 1u) == n_chunks - 1) {
       __threadfence();

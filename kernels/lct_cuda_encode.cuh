@@ -4,8 +4,8 @@
 
 #include "lct_cuda_common.cuh"
 
-#define LCT__ENC_THREADS 512 /* one block per chunk; thread 32 w + t owns steps [32 w, 32 w + 32) of lane t */
-#define LCT__EPT 32          /* elements per thread: 16 threads, one per warp, make one 512-step lane */
+#define LCT__ENC_THREADS 512 /* one block per chunk; thread i owns chunk elements [32 i, 32 i + 32) */
+#define LCT__EPT 32          /* elements per thread: 16 threads make one 512-element lane stream */
 #define LCT__LB_AGG (1ull << 62)
 #define LCT__LB_INCL (2ull << 62)
 #define LCT__LB_VALUE ((1ull << 62) - 1)
@@ -154,12 +154,10 @@ __device__ static inline uint64_t lct__lookback(lct__lb_slot *lb, unsigned long 
 }
 
 /* Packs this thread's 32 mantissas, K bits each after dropping M - K trimmed
- * bits, into its K words of a full chunk's mantissa section: its lane's
- * stream words [K w, K w + K), section words 32 (K w + q) + t (proto/FORMAT.md,
- * interleaved rows; word0 = 32 K w + t). K is a compile-time constant: fixed
- * shifts. */
+ * bits, into its K words of the mantissa section (words >= mwords are the
+ * chunk tail's, not stored). K is a compile-time constant: fixed shifts. */
 template <unsigned W, unsigned M, unsigned K>
-__device__ static inline void lct__pack_mant(const uint32_t *x, uint32_t *stage, unsigned word0) {
+__device__ static inline void lct__pack_mant(const uint32_t *x, uint32_t *stage, unsigned word0, unsigned mwords) {
   uint32_t cur = 0;
 #pragma unroll
   for (unsigned e = 0; e < LCT__EPT; e++) {
@@ -167,7 +165,7 @@ __device__ static inline void lct__pack_mant(const uint32_t *x, uint32_t *stage,
     const unsigned bit = e * K, q = bit / 32, sh = bit % 32;
     cur |= v << sh;
     if (sh + K >= 32) { /* word q is complete */
-      stage[lct__pidx(LCT_CODED_CHUNK_HEADER / 4 + word0 + 32 * q)] = cur;
+      if (word0 + q < mwords) stage[lct__pidx(LCT_CODED_CHUNK_HEADER / 4 + word0 + q)] = cur;
       cur = sh + K > 32 ? v >> (32 - sh) : 0;
     }
   }
@@ -175,105 +173,15 @@ __device__ static inline void lct__pack_mant(const uint32_t *x, uint32_t *stage,
 
 /* lct__pack_mant for the runtime k (1..M). */
 template <unsigned W, unsigned M, unsigned K = 1>
-__device__ static inline void lct__pack_mant_k(unsigned k, const uint32_t *x, uint32_t *stage, unsigned w,
-                                               unsigned t) {
+__device__ static inline void lct__pack_mant_k(unsigned k, const uint32_t *x, uint32_t *stage, unsigned word0,
+                                               unsigned mwords) {
   if constexpr (K <= M) {
     if (k == K) {
-      lct__pack_mant<W, M, K>(x, stage, 32 * K * w + t);
+      lct__pack_mant<W, M, K>(x, stage, word0, mwords);
     } else {
-      lct__pack_mant_k<W, M, K + 1>(k, x, stage, w, t);
+      lct__pack_mant_k<W, M, K + 1>(k, x, stage, word0, mwords);
     }
   }
-}
-
-/* A partial chunk's mantissas: this thread's first nv, k bits each, ORed
- * into its lane's stream, laid end to end from stage word m0 with the
- * thread's first bit at bit0 (interleaved when copied out). */
-template <unsigned W, unsigned M>
-__device__ static inline void lct__or_mant(const uint32_t *x, uint32_t *stage, unsigned m0, uint32_t bit0, unsigned k,
-                                           unsigned nv) {
-#pragma unroll
-  for (unsigned e = 0; e < LCT__EPT; e++) { /* unrolled: x stays in registers */
-    if (e < nv) {
-      const uint32_t v = (lct__elem<W>(x, e) & ((1u << M) - 1)) >> (M - k), b = bit0 + e * k;
-      atomicOr(&stage[lct__pidx(m0 + b / 32)], v << (b % 32));
-      if (b % 32 + k > 32) atomicOr(&stage[lct__pidx(m0 + b / 32 + 1)], v >> (32 - b % 32));
-    }
-  }
-}
-
-/* Where each lane's stream lies in a stage image of 32 streams laid end to
- * end (its bits [start, end)), and, for the interleaved section it becomes,
- * the rows, those from the streams' starts (up), and each lane's first bit in
- * the tail (tail[32]: the tail's bits). */
-struct lct__lane_layout {
-  uint32_t start[32], end[32], tail[33], rows, up;
-};
-
-/* Warp-wide: lane t's stream has bits bits; fills lay (lane t its fields).
- * Returns the lane's start. */
-__device__ static inline uint32_t lct__layout_lanes(uint32_t bits, unsigned lane, lct__lane_layout *lay) {
-  const uint32_t rows = __reduce_min_sync(LCT__FULL, bits / 32), rest = bits - 32 * rows;
-  uint32_t start = bits, tail = rest;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(LCT__FULL, start, o), z = __shfl_up_sync(LCT__FULL, tail, o);
-    if ((int)lane >= o) {
-      start += y;
-      tail += z;
-    }
-  }
-  if (lay) {
-    lay->start[lane] = start - bits;
-    lay->end[lane] = start;
-    lay->tail[lane] = tail - rest;
-    if (lane == 31) lay->tail[32] = tail;
-    if (lane == 0) {
-      lay->rows = rows;
-      lay->up = (rows + 1) / 2;
-    }
-  }
-  return start - bits;
-}
-
-/* The 32 bits of a stage image from bit b on (image word 0 at stage word m0). */
-__device__ static inline uint32_t lct__image_bits(const uint32_t *stage, unsigned m0, uint32_t b) {
-  return __funnelshift_r(stage[lct__pidx(m0 + b / 32)], stage[lct__pidx(m0 + b / 32 + 1)], b);
-}
-
-/* Word s of the interleaved section (proto/FORMAT.md) of the lane streams
- * laid end to end in a stage image from word m0: a row word, from a lane
- * stream's start or end, or a tail word gathered from the lanes whose
- * middle bits it covers. */
-__device__ static inline uint32_t lct__section_word(const uint32_t *stage, unsigned m0, const lct__lane_layout &lay,
-                                                    uint32_t s) {
-  const uint32_t rows = lay.rows, up = lay.up;
-  if (s < 32 * rows) {
-    const uint32_t i = s / 32, t = s % 32;
-    return lct__image_bits(stage, m0, i < up ? lay.start[t] + 32 * i : lay.end[t] - 32 * (rows - i));
-  }
-  const uint32_t p = 32 * (s - 32 * rows);
-  unsigned t = 0; /* the last lane whose tail starts at or before p */
-#pragma unroll
-  for (unsigned step = 16; step; step >>= 1)
-    if (lay.tail[t + step] <= p) t += step;
-  uint32_t v = 0;
-  for (; t < 32 && lay.tail[t] < p + 32; t++) {
-    const uint32_t lo = max(p, lay.tail[t]), hi = min(p + 32, lay.tail[t + 1]);
-    if (lo < hi) {
-      const uint32_t bits = lct__image_bits(stage, m0, lay.start[t] + 32 * up + lo - lay.tail[t]);
-      v |= (hi - lo == 32 ? bits : bits & ((1u << (hi - lo)) - 1)) << (lo - p);
-    }
-  }
-  return v;
-}
-
-/* Writes the interleaved section of `words` words (proto/FORMAT.md) of the
- * lane streams laid end to end in a stage image from word m0; a block's
- * thread tid writes words tid, tid + 512, ... */
-__device__ static void lct__section_out(uint32_t *out, const uint32_t *stage, unsigned m0,
-                                        const lct__lane_layout &lay, uint32_t words, unsigned tid) {
-  for (uint32_t s = tid; s < words; s += LCT__ENC_THREADS) out[s] = lct__section_word(stage, m0, lay, s);
 }
 
 /* Counts the symbols of this thread's first nv elements into the block's bins. */
@@ -384,13 +292,10 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   constexpr uint32_t MMASK = (1u << M) - 1;
 
   extern __shared__ uint32_t stage[];
-  __shared__ uint32_t s_enc[S ? 1u << S : 1];      /* a forward step's bits | length << 24 */
-  __shared__ uint32_t s_enc_back[S ? 1u << S : 1]; /* a mirrored step's: the same bits reversed */
+  __shared__ uint32_t s_enc[S ? 1u << S : 1];
   __shared__ uint32_t s_hist[S ? 1u << S : 1]; /* the chunk's symbol counts, when the tensor takes them */
-  __shared__ uint2 s_warp[LCT__ENC_THREADS / 32]; /* per warp: check, mantissa OR */
-  __shared__ uint32_t s_bits[LCT__ENC_THREADS / 32][32]; /* code bits of thread 32 w + t at [w][t] */
+  __shared__ uint4 s_warp[LCT__ENC_THREADS / 32]; /* per warp: code bits, check, mantissa OR */
   __shared__ uint32_t s_lane_bits[32];
-  __shared__ lct__lane_layout s_code_lay, s_mant_lay;
   __shared__ uint64_t s_excl;
 
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -419,53 +324,63 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   const uint64_t first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
   const uint32_t n = n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(n_elems - first_elem) : LCT_CHUNK_ELEMS;
   const uint8_t *src = T.src + first_elem * W;
-  const bool full = n == LCT_CHUNK_ELEMS;
 
   if (c == 0) lct__write_header<DT>(dst, n_elems, n_chunks, T.cb, tid);
   if constexpr (S > 0) {
-    for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) {
-      const uint32_t e = T.cb->enc[i], len = e >> 24;
-      s_enc[i] = e;
-      s_enc_back[i] = (e & 0xff000000u) | __brev(e & 0xffffffu) >> (32 - len);
-    }
+    for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) s_enc[i] = T.cb->enc[i];
     if (T.hist)
       for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS) s_hist[i] = 0;
   }
-  /* Raw word 32 g + t of the chunk is lane t's word g (proto/FORMAT.md,
-   * Lanes); this thread holds words g of [WPT w, WPT w + WPT): a full
-   * aligned chunk straight from global memory (each load of a warp reads
-   * 128 consecutive bytes), any other through shared memory, where a raw
-   * chunk keeps its bytes (after its 8-byte header). */
+  /* Each thread's 32 consecutive elements into registers: a full aligned
+   * chunk of 1- and 2-byte elements straight from global memory (a warp's
+   * 16-byte loads, 32 or 64 bytes apart, cover whole sectors between them,
+   * and L1 keeps the parts the next load takes; f32's 128 bytes per thread
+   * outgrow it), any other through shared memory, where a raw chunk keeps its
+   * bytes (after its 8-byte header). */
   uint32_t x[WPT];
-  const unsigned g0 = WPT * warp;
-  const bool direct = T.aligned && full; /* the same for the whole block */
+  const bool direct = W <= 2 && T.aligned && n == LCT_CHUNK_ELEMS; /* the same for the whole block */
   if (direct) {
-    const uint32_t *s32 = reinterpret_cast<const uint32_t *>(src) + 32 * g0 + lane;
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(src) + tid * (WPT / 4);
 #pragma unroll
-    for (unsigned j = 0; j < WPT; j++) x[j] = __ldg(s32 + 32 * j);
+    for (unsigned r = 0; r < WPT / 4; r++) {
+      const uint4 v = __ldg(s4 + r);
+      x[4 * r] = v.x;
+      x[4 * r + 1] = v.y;
+      x[4 * r + 2] = v.z;
+      x[4 * r + 3] = v.w;
+    }
+  } else if (W == 4 && T.aligned && n == LCT_CHUNK_ELEMS) { /* coalesced */
+    constexpr unsigned UNITS = CHUNK_WORDS / 4 / LCT__ENC_THREADS;
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+    uint4 v[UNITS];
+#pragma unroll
+    for (unsigned r = 0; r < UNITS; r++) v[r] = __ldg(s4 + tid + r * LCT__ENC_THREADS);
+#pragma unroll
+    for (unsigned r = 0; r < UNITS; r++) {
+      const unsigned a = 2 + 4 * (tid + r * LCT__ENC_THREADS);
+      stage[lct__pidx(a)] = v[r].x;
+      stage[lct__pidx(a + 1)] = v[r].y;
+      stage[lct__pidx(a + 2)] = v[r].z;
+      stage[lct__pidx(a + 3)] = v[r].w;
+    }
   } else {
     const uint32_t nbytes = n * W;
     for (unsigned j = tid; j < CHUNK_WORDS; j += LCT__ENC_THREADS)
       stage[lct__pidx(2 + j)] = lct__load_word<W>(src, j, nbytes);
   }
-  __syncthreads(); /* the codebook, the cleared counts and the staged words in place */
+  __syncthreads();
   if (!direct) {
 #pragma unroll
-    for (unsigned j = 0; j < WPT; j++) x[j] = stage[lct__pidx(2 + 32 * (g0 + j) + lane)];
+    for (unsigned j = 0; j < WPT; j++) x[j] = stage[lct__pidx(2 + tid * WPT + j)];
   }
 
   /* Check, mantissa OR and code bits of this thread's elements. */
-  uint32_t chk = 0, mul = lct__mult((uint64_t)c * CHUNK_WORDS + 32 * g0 + lane);
+  const uint64_t word0 = (uint64_t)c * CHUNK_WORDS + tid * WPT;
+  uint32_t chk = 0, mul = lct__mult(word0);
 #pragma unroll
-  for (unsigned j = 0; j < WPT; j++, mul += 64 * LCT__CHECK_MUL) chk += x[j] * mul;
-  /* The lane's steps, and of this thread's 32 the first nv. */
-  uint32_t nt = LCT_LANE_ELEMS;
-  if (!full) {
-    constexpr unsigned E = 4 / W;
-    const uint32_t rem = n % (32 * E), extra = rem > E * lane ? rem - E * lane : 0;
-    nt = n / (32 * E) * E + min(extra, E);
-  }
-  const unsigned nv = nt > LCT__EPT * warp ? min(nt - LCT__EPT * warp, (unsigned)LCT__EPT) : 0;
+  for (unsigned j = 0; j < WPT; j++, mul += 2 * LCT__CHECK_MUL) chk += x[j] * mul;
+  const unsigned e0 = tid * LCT__EPT;
+  const unsigned nv = n > e0 ? min(n - e0, (unsigned)LCT__EPT) : 0;
   uint32_t mor = 0, tbits = 0;
   bool wide = true; /* some code of the thread's takes 16 bits or more */
   if constexpr (S > 0) {
@@ -478,29 +393,31 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     tbits = nv == LCT__EPT ? lct__code_bits<W, M, true>(x, s_enc, nv, &wide)
                            : lct__code_bits<W, M, false>(x, s_enc, nv, &wide);
   }
+  /* Block scan of code bits (thread order is stream order), lane-stream sums. */
+  uint32_t incl = tbits;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(LCT__FULL, incl, o);
+    if ((int)lane >= o) incl += y;
+  }
+  uint32_t lbits = tbits;
+#pragma unroll
+  for (int o = 8; o; o >>= 1) lbits += __shfl_xor_sync(LCT__FULL, lbits, o);
   chk = lct__warp_sum(chk);
   mor = lct__warp_or(mor);
-  if (lane == 0) s_warp[warp] = make_uint2(chk, mor);
-  s_bits[warp][lane] = tbits;
+  if (lane == 31) s_warp[warp] = make_uint4(incl, chk, mor, 0);
+  if ((lane & 15) == 0) s_lane_bits[tid >> 4] = lbits;
   __syncthreads();
-  /* Lane t's stream is threads t, 32 + t, ... in turn: this thread's first
-   * bit in it, and its length. */
-  uint32_t before = 0, lbits = 0, bchk = 0, bor = 0;
+  uint32_t total = 0, before = 0, bchk = 0, bor = 0;
 #pragma unroll
   for (unsigned w = 0; w < LCT__ENC_THREADS / 32; w++) {
-    const uint32_t b = s_bits[w][lane];
-    before += w < warp ? b : 0;
-    lbits += b;
-    const uint2 v = s_warp[w];
-    bchk += v.x;
-    bor |= v.y;
+    const uint4 v = s_warp[w];
+    before += w < warp ? v.x : 0;
+    total += v.x;
+    bchk += v.y;
+    bor |= v.z;
   }
-  /* The lanes' code streams laid end to end in the stage image; each warp
-   * derives the same layout, warp 0 keeps it for the copy out. */
-  const uint32_t bitpos = lct__layout_lanes(lbits, lane, warp == 0 ? &s_code_lay : nullptr) + before;
-  const uint32_t total = __shfl_sync(LCT__FULL, bitpos - before + lbits, 31);
-  if (warp == 0) s_lane_bits[lane] = lbits;
-  __syncwarp(); /* warp 0 reads its other lanes' s_lane_bits below */
+  const uint32_t bitpos = before + incl - tbits; /* this thread's first bit in the code section */
   if constexpr (S > 0) {
     if (T.hist) {
       for (unsigned i = tid; i < (1u << S); i += LCT__ENC_THREADS)
@@ -513,8 +430,6 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     trim = bor ? (unsigned)__ffs(bor) - 1 : M;
     k = M - trim;
   }
-  /* A partial chunk's mantissa streams, laid end to end like the codes. */
-  const uint32_t mbit0 = full ? 0 : lct__layout_lanes(nt * k, lane, warp == 0 ? &s_mant_lay : nullptr) + LCT__EPT * warp * k;
   const uint32_t raw_size = 8 + (uint32_t)lct__pad4((uint64_t)n * W);
   const uint32_t mbytes = (uint32_t)lct__pad4(((uint64_t)n * k + 7) / 8), hbytes = (uint32_t)lct__pad4((total + 7) / 8);
   const bool coded = S > 0 && LCT_CODED_CHUNK_HEADER + mbytes + hbytes < raw_size;
@@ -529,20 +444,16 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
    * input, which every thread holds in registers by now); the look-back waits
    * for the chunk's predecessors only once it is built, when they have most
    * likely published their sizes. */
-  const unsigned mwords = mbytes / 4, mant0 = LCT_CODED_CHUNK_HEADER / 4, code0 = mant0 + mwords;
+  const unsigned mwords = mbytes / 4, code0 = LCT_CODED_CHUNK_HEADER / 4 + mwords;
   if (coded) {
-    /* The code image and the word after it; a partial chunk's mantissa image. */
-    for (unsigned q = tid; q <= hbytes / 4; q += LCT__ENC_THREADS) stage[lct__pidx(code0 + q)] = 0;
-    if (!full)
-      for (unsigned q = tid; q < mwords; q += LCT__ENC_THREADS) stage[lct__pidx(mant0 + q)] = 0;
+    for (unsigned q = tid; q < hbytes / 4; q += LCT__ENC_THREADS) stage[lct__pidx(code0 + q)] = 0;
     if (tid == 0) {
       stage[lct__pidx(0)] = 1u | trim << 8;
       stage[lct__pidx(1)] = bchk;
     }
     if (tid < 16) stage[lct__pidx(2 + tid)] = s_lane_bits[2 * tid] | s_lane_bits[2 * tid + 1] << 16;
-    /* A full chunk's mantissas: 32 elements of k bits, exactly k words, in place. */
-    if constexpr (S > 0)
-      if (full) lct__pack_mant_k<W, M>(k, x, stage, warp, lane);
+    /* 32 elements of k bits: exactly k words, word-aligned. */
+    if constexpr (S > 0) lct__pack_mant_k<W, M>(k, x, stage, tid * k, mwords);
   } else { /* a raw chunk: the raw bytes, zero-padded, behind the header */
     if (tid == 0) {
       stage[lct__pidx(0)] = 0;
@@ -550,23 +461,19 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     }
     if (direct) {
 #pragma unroll
-      for (unsigned j = 0; j < WPT; j++) stage[lct__pidx(2 + 32 * (g0 + j) + lane)] = x[j];
+      for (unsigned j = 0; j < WPT; j++) stage[lct__pidx(2 + tid * WPT + j)] = x[j];
     }
   }
   __syncthreads(); /* code words zeroed */
   if constexpr (S > 0) {
-    if (coded && !full && k) lct__or_mant<W, M>(x, stage, mant0, mbit0, k, nv);
     if (coded && tbits) { /* neighbours share boundary words: OR them in */
       const unsigned q = code0 + (bitpos >> 5), na = bitpos & 31;
-      /* Steps from LCT_LANE_FORWARD on are mirrored (proto/FORMAT.md): the
-       * same places in the stream, each step's bits reversed. */
-      const uint32_t *enc = LCT__EPT * warp < LCT_LANE_FORWARD ? s_enc : s_enc_back;
       if (nv == LCT__EPT && !wide) {
-        lct__emit_code_pairs<W, M>(x, enc, stage, q, na);
+        lct__emit_code_pairs<W, M>(x, s_enc, stage, q, na);
       } else if (nv == LCT__EPT) {
-        lct__emit_codes<W, M, true>(x, enc, stage, q, na, nv);
+        lct__emit_codes<W, M, true>(x, s_enc, stage, q, na, nv);
       } else {
-        lct__emit_codes<W, M, false>(x, enc, stage, q, na, nv);
+        lct__emit_codes<W, M, false>(x, s_enc, stage, q, na, nv);
       }
     }
   }
@@ -583,15 +490,8 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
       *T.blob_bytes = off + size;
     }
   }
-  /* Out: the header, the mantissa section (a full chunk's in place) and the
-   * code section, interleaved from the images as they go. */
   uint32_t *out = reinterpret_cast<uint32_t *>(dst + off);
-  const unsigned head = coded ? (full ? code0 : mant0) : size / 4;
-  for (unsigned a = tid; a < head; a += LCT__ENC_THREADS) out[a] = stage[lct__pidx(a)];
-  if (coded) {
-    if (!full) lct__section_out(out + mant0, stage, mant0, s_mant_lay, mwords, tid);
-    lct__section_out(out + code0, stage, code0, s_code_lay, hbytes / 4, tid);
-  }
+  for (unsigned a = tid; a < size / 4; a += LCT__ENC_THREADS) out[a] = stage[lct__pidx(a)];
 }
 
 #endif

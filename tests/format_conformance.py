@@ -17,7 +17,7 @@ def require(cond, message):
 
 DTYPES = {0: ("raw", 1, 0), 1: ("f32", 4, 10), 2: ("bf16", 2, 10), 3: ("f16", 2, 7),
           4: ("f8e4m3", 1, 6), 5: ("f8e5m2", 1, 7)}
-CHUNK, LANES, LANE, FORWARD, MAXLEN = 16384, 32, 512, 256, 12
+CHUNK, LANES, LANE, MAXLEN = 16384, 32, 512, 12
 
 
 def check(data, base):
@@ -30,25 +30,11 @@ def check(data, base):
 
 class Bits:
     def __init__(self, data, start_bit):
-        self.v, self.pos, self.start = int.from_bytes(data, "little"), start_bit, start_bit
+        self.v, self.pos = int.from_bytes(data, "little"), start_bit
 
     def read(self, n):
         x = (self.v >> self.pos) & ((1 << n) - 1)
         self.pos += n
-        return x
-
-
-class BitsDown:
-    """Reads a stream from bit `top` down: the first bit read is the result's bit 0."""
-    def __init__(self, value, top):
-        self.v, self.pos = value, top
-
-    def read(self, n):
-        x = 0
-        for i in range(n):
-            require(self.pos > 0, "mirrored code runs below the stream")
-            self.pos -= 1
-            x |= ((self.v >> self.pos) & 1) << i
         return x
 
 
@@ -63,48 +49,8 @@ def canonical_codes(lens):
     return table
 
 
-def read_symbol(code, codes, n_syms, s):
-    """One step's symbol: its code read bit by bit, and an ESC's raw symbol."""
-    length, bits = 1, code.read(1)
-    while (length, bits) not in codes:
-        bits |= code.read(1) << length
-        length += 1
-        require(length <= MAXLEN, "invalid code")
-    sym = codes[(length, bits)]
-    return code.read(s) if sym == n_syms - 1 else sym
-
-
-def lane_steps(version, n, w):
-    """Per lane, the chunk elements of its steps in order (FORMAT.md, "Lanes")."""
-    if version == 1:
-        return [list(range(t * LANE, min(n, (t + 1) * LANE))) for t in range(LANES)]
-    per_word = 4 // w
-    return [[e for j in range(LANE) for e in [32 * per_word * (j // per_word) + per_word * t + j % per_word] if e < n]
-            for t in range(LANES)]
-
-
-def lane_streams(section, bits, version):
-    """The 32 lane streams of a section as Bits readers (FORMAT.md, "Interleaved sections")."""
-    if version == 1:
-        starts = [sum(bits[:t]) for t in range(LANES)]
-        return [Bits(section, start) for start in starts]
-    rows = min(b // 32 for b in bits)
-    up, down = (rows + 1) // 2, rows // 2
-    words = [struct.unpack_from("<I", section, 4 * i)[0] for i in range(32 * rows)]
-    tail = Bits(section[128 * rows:], 0)
-    streams = []
-    for t in range(LANES):
-        value = sum(words[32 * i + t] << (32 * i) for i in range(up))
-        value |= tail.read(bits[t] - 32 * rows) << (32 * up)
-        value |= sum(words[32 * (up + j) + t] << (bits[t] - 32 * (down - j)) for j in range(down))
-        streams.append(Bits(value.to_bytes(-(-bits[t] // 8) + 8, "little"), 0))
-    return streams
-
-
 def decode(blob):
-    version = blob[4]
-    require(blob[:4] == b"LCTZ" and version in (1, 2) and blob[6] == MAXLEN and blob[7] == 0,
-            "bad magic, version or code length limit")
+    require(blob[:4] == b"LCTZ" and blob[4] == 1 and blob[6] == MAXLEN and blob[7] == 0, "bad magic, version or code length limit")
     name, w, s = DTYPES[blob[5]]
     n_elems, n_chunks, cb_bytes, hcheck, reserved, size = struct.unpack_from("<QIIIIQ", blob, 8)
     require(size == len(blob) and reserved == 0 and n_chunks == -(-n_elems // CHUNK), "blob_size, reserved or chunk count wrong")
@@ -129,35 +75,36 @@ def decode(blob):
             keep = m - trim
             mant_bytes = -(-(n * keep) // 8)
             mant_bytes += -mant_bytes % 4
-            steps = lane_steps(version, n, w)
-            mants = lane_streams(ch[72:72 + mant_bytes], [len(st) * keep for st in steps], version)
-            codes_in = lane_streams(ch[72 + mant_bytes:], lane_bits, version)
-            elems = [0] * n
+            mant = Bits(ch[72:72 + mant_bytes], 0)
+            code = Bits(ch[72 + mant_bytes:], 0)
+            vals = []
             for t in range(LANES):
-                code, mant = codes_in[t], mants[t]
-                # Version 2 codes steps from FORWARD on mirrored, read down from the stream's end.
-                forward = len(steps[t]) if version == 1 else min(len(steps[t]), FORWARD)
-                down = BitsDown(code.v, code.start + lane_bits[t])
-                for j in list(range(forward)) + list(range(len(steps[t]) - 1, forward - 1, -1)):
-                    sym = read_symbol(code if j < forward else down, codes, n_syms, s)
-                    mant.pos = mant.start + j * keep
-                    elems[steps[t][j]] = (sym << m) | (mant.read(keep) << trim)
-                require(code.pos == down.pos, "lane halves do not meet at the lane bit length")
-            raw = b"".join(x.to_bytes(w, "little") for x in elems)
+                lane_start = code.pos
+                for _ in range(max(0, min(LANE, n - t * LANE))):
+                    length, bits = 1, code.read(1)
+                    while (length, bits) not in codes:
+                        bits |= code.read(1) << length
+                        length += 1
+                        require(length <= MAXLEN, "invalid code")
+                    sym = codes[(length, bits)]
+                    if sym == n_syms - 1:
+                        sym = code.read(s)
+                    vals.append(sym)
+                require(code.pos - lane_start == lane_bits[t], "lane bit length mismatch")
+            raw = b"".join(((sym << m) | (mant.read(keep) << trim)).to_bytes(w, "little") for sym in vals)
         require(check(raw, c * CHUNK * w // 4) == struct.unpack_from("<I", ch, 4)[0], "chunk check mismatch")
         out += raw
     return bytes(out)
 
 
 def main(golden_dir):
-    golden = pathlib.Path(golden_dir)
-    blobs = sorted(golden.glob("*.lct")) + sorted(golden.glob("v1/*.lct"))
+    blobs = sorted(pathlib.Path(golden_dir).glob("*.lct"))
     require(blobs, "no golden blobs")
     for blob in blobs:
-        expected = (golden / blob.name).with_suffix(".in").read_bytes()
+        expected = blob.with_suffix(".in").read_bytes()
         got = decode(blob.read_bytes())
         require(got == expected, f"{blob.name}: decoded bytes differ")
-        print(f"{blob.relative_to(golden)}: ok (version {blob.read_bytes()[4]}, {len(expected)} bytes)")
+        print(f"{blob.name}: ok ({len(expected)} bytes)")
 
 
 if __name__ == "__main__":

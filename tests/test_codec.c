@@ -384,69 +384,6 @@ Test(codec, golden_blobs) {
   cr_assert_geq(checked, 6);
 }
 
-/* Version 1 golden blobs (tests/data/golden/v1/) decode to the inputs they
- * were written from, and the lanes of version 1 and 2 blobs of one input
- * hold the same codes: the blobs have one size. */
-Test(codec, golden_version_1_blobs_decode) {
-  char dirpath[1100];
-  snprintf(dirpath, sizeof dirpath, "%s/golden/v1", test_data_dir());
-  DIR *dir = opendir(dirpath);
-  cr_assert(dir, "tests/data/golden/v1 is missing");
-  int checked = 0;
-  for (struct dirent *de; (de = readdir(dir));) {
-    size_t nl = strlen(de->d_name);
-    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
-    char path[300];
-    size_t in_len, blob_len, v2_len;
-    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
-    uint8_t *in = test_read_data(path, &in_len);
-    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
-    uint8_t *blob = test_read_data(path, &blob_len);
-    snprintf(path, sizeof path, "golden/%s", de->d_name);
-    free(test_read_data(path, &v2_len));
-    cr_assert_eq(blob[4], 1, "%s: a version 1 blob", de->d_name);
-    cr_assert_eq(blob_len, v2_len, "%s: version 2 has the size of version 1", de->d_name);
-    uint8_t *out = malloc(in_len + 1);
-    cr_assert_eq(lct_decode(blob, blob_len, out, in_len), 0, "%s", de->d_name);
-    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: decoded bytes differ", de->d_name);
-    cr_assert_eq(lct_validate(blob, blob_len, NULL, NULL), 0);
-    free(out);
-    free(in);
-    free(blob);
-    checked++;
-  }
-  closedir(dir);
-  cr_assert_geq(checked, 6);
-}
-
-/* The corruption tests above, on a version 1 blob: every truncation and
- * every single bit flip is rejected. */
-Test(codec, version_1_corruption_rejected) {
-  size_t len, raw_len;
-  uint8_t *blob = test_read_data("golden/v1/adam_v_1000.bf16.lct", &len);
-  uint8_t *raw = test_read_data("golden/adam_v_1000.bf16.in", &raw_len), *out = malloc(raw_len);
-  cr_assert_eq(lct_decode(blob, len, out, raw_len), 0);
-  cr_assert_arr_eq(out, raw, raw_len);
-  for (size_t cut = 0; cut < len; cut++) {
-    uint8_t *copy = malloc(cut ? cut : 1);
-    memcpy(copy, blob, cut);
-    int rc = lct_decode(copy, cut, out, raw_len);
-    cr_assert(rc == LCT_ECORRUPT || rc == LCT_ECHECKSUM, "truncation to %zu bytes: %d", cut, rc);
-    free(copy);
-  }
-  uint8_t *copy = malloc(len);
-  for (size_t bit = 0; bit < 8 * len; bit++) {
-    memcpy(copy, blob, len);
-    copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-    int rc = lct_decode(copy, len, out, raw_len);
-    cr_assert(rc == LCT_ECORRUPT || rc == LCT_ECHECKSUM || rc == LCT_EVERSION, "flip of bit %zu: %d", bit, rc);
-  }
-  free(copy);
-  free(blob);
-  free(raw);
-  free(out);
-}
-
 /* lct_validate decodes every chunk without keeping it: the raw bytes reach
  * the callback in order, and a fault anywhere is lct_decode's error. */
 static void gather(void *arg, const void *raw, size_t bytes) {

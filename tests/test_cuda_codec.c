@@ -627,8 +627,11 @@ static uint8_t *corrupt_base(uint64_t *n, size_t *len) {
   return blob;
 }
 
-/* Every cut of the first 700 bytes and near the end, a stride between. */
-static void truncations_rejected(int dtype, uint64_t n, uint8_t *blob, size_t len) {
+Test(cuda_codec, truncated_blobs_rejected) {
+  REQUIRE_GPU();
+  uint64_t n;
+  size_t len;
+  uint8_t *blob = corrupt_base(&n, &len);
   enum { MAX = 2000 };
   uint8_t *blobs[MAX];
   size_t lens[MAX];
@@ -637,15 +640,7 @@ static void truncations_rejected(int dtype, uint64_t n, uint8_t *blob, size_t le
     blobs[count] = blob;
     lens[count++] = cut;
   }
-  expect_rejected(dtype, n, blobs, lens, count, 1, "truncation");
-}
-
-Test(cuda_codec, truncated_blobs_rejected) {
-  REQUIRE_GPU();
-  uint64_t n;
-  size_t len;
-  uint8_t *blob = corrupt_base(&n, &len);
-  truncations_rejected(LCT_DTYPE_BF16, n, blob, len);
+  expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 1, "truncation");
   free(blob);
 }
 
@@ -667,9 +662,11 @@ Test(cuda_codec, empty_blob_with_trailing_bytes_rejected) {
   free(blob);
 }
 
-/* Every bit of the header, codebook, chunk table and chunk headers; a
- * stride through the payloads. */
-static void bit_flips_rejected(int dtype, uint64_t n, const uint8_t *blob, size_t len) {
+Test(cuda_codec, bit_flips_rejected) {
+  REQUIRE_GPU();
+  uint64_t n;
+  size_t len;
+  uint8_t *blob = corrupt_base(&n, &len);
   enum { BATCH = 512 };
   uint8_t *blobs[BATCH];
   size_t lens[BATCH];
@@ -677,64 +674,19 @@ static void bit_flips_rejected(int dtype, uint64_t n, const uint8_t *blob, size_
     blobs[i] = malloc(len);
     lens[i] = len;
   }
+  /* Every bit of the header, codebook, chunk table and chunk headers; a
+   * stride through the payloads. */
   int count = 0;
   for (size_t bit = 0; bit < 8 * len; bit += bit < 8 * 1200 ? 1 : 61) {
     memcpy(blobs[count], blob, len);
     blobs[count][bit / 8] ^= (uint8_t)(1u << (bit % 8));
     if (++count == BATCH) {
-      expect_rejected(dtype, n, blobs, lens, count, 1, "bit flip");
+      expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 1, "bit flip");
       count = 0;
     }
   }
-  if (count) expect_rejected(dtype, n, blobs, lens, count, 1, "bit flip");
+  if (count) expect_rejected(LCT_DTYPE_BF16, n, blobs, lens, count, 1, "bit flip");
   for (int i = 0; i < BATCH; i++) free(blobs[i]);
-}
-
-Test(cuda_codec, bit_flips_rejected) {
-  REQUIRE_GPU();
-  uint64_t n;
-  size_t len;
-  uint8_t *blob = corrupt_base(&n, &len);
-  bit_flips_rejected(LCT_DTYPE_BF16, n, blob, len);
-  free(blob);
-}
-
-/* Blobs of format version 1 (tests/data/golden/v1) decode on the GPU to the
- * inputs they were written from, and their corruption is rejected as the
- * CPU decoder rejects it. */
-Test(cuda_codec, golden_version_1_blobs_decode) {
-  REQUIRE_GPU();
-  char dirname[1024];
-  snprintf(dirname, sizeof dirname, "%s/golden/v1", test_data_dir());
-  DIR *dir = opendir(dirname);
-  cr_assert(dir, "cannot open %s", dirname);
-  int checked = 0;
-  for (struct dirent *de; (de = readdir(dir));) {
-    size_t nl = strlen(de->d_name);
-    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
-    const int dtype = test_dtype_from_name(de->d_name);
-    char path[300];
-    size_t in_len, blob_len;
-    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
-    uint8_t *in = test_read_data(path, &in_len);
-    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
-    uint8_t *blob = test_read_data(path, &blob_len);
-    cr_assert_eq(blob[4], 1, "%s: a version 1 blob", de->d_name);
-    uint8_t *out = malloc(in_len + 1);
-    const uint64_t n = in_len / lct_dtype_size(dtype);
-    cr_assert_eq(gpu_decode(dtype, n, blob, blob_len, out, 0), 0, "%s: GPU decode", de->d_name);
-    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: GPU decode differs", de->d_name);
-    free(out);
-    free(blob);
-    free(in);
-    checked++;
-  }
-  closedir(dir);
-  cr_assert_geq(checked, 6);
-  size_t len;
-  uint8_t *blob = test_read_data("golden/v1/act_32768.bf16.lct", &len);
-  truncations_rejected(LCT_DTYPE_BF16, 32768, blob, len);
-  bit_flips_rejected(LCT_DTYPE_BF16, 32768, blob, len);
   free(blob);
 }
 

@@ -222,7 +222,7 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
     bit_writer cw = {code, code + CODE_SCRATCH, 0, 0};
     const unsigned m = lay->mant_bits;
     uint64_t escapes = 0, lane_start = 0;
-    memset(dst + 8, 0, LCT_CODED_CHUNK_HEADER - 8); /* lane_bits of empty lanes stay 0 */
+    uint32_t lane_bits[LCT_LANES] = {0}, widest = 0; /* 0 for empty lanes */
     for (unsigned t = 0; t < LCT_LANES && (uint64_t)t * LCT_LANE_ELEMS < n; t++) {
       uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS, hi = lo + LCT_LANE_ELEMS < n ? lo + LCT_LANE_ELEMS : n, i = lo;
       for (; i + 2 <= hi; i += 2) { /* two codes (<= 44 bits) per flush */
@@ -239,18 +239,27 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
         bw_flush(&cw);
       }
       uint64_t lane_end = 8 * (uint64_t)(cw.out - code) + cw.n;
-      put16(dst + 8 + 2 * t, (uint16_t)(lane_end - lane_start));
+      lane_bits[t] = (uint32_t)(lane_end - lane_start);
+      widest |= lane_bits[t];
       lane_start = lane_end;
     }
     const uint64_t code_bytes = bw_finish(&cw, code);
     st->code_bits += lane_start; /* counted for raw fallbacks too: they measure the codebook's fit */
     st->escapes += escapes;
     const uint64_t size = LCT_CODED_CHUNK_HEADER + mant_bytes + code_bytes;
-    if (size >= raw_size) goto raw;
+    /* A lane of 4096 code bits or more (16 per element: ESC most of the time)
+     * has no field to hold its length; its chunk is stored raw. */
+    if (size >= raw_size || widest >> LCT_LANE_FIELD_BITS) goto raw;
     memset(dst, 0, 8);
     dst[0] = 1;
     dst[1] = (uint8_t)trim;
     put32(dst + 4, check);
+    bit_writer lw = {dst + 8, dst + LCT_CODED_CHUNK_HEADER, 0, 0};
+    for (unsigned t = 0; t < LCT_LANES; t++) {
+      bw_add(&lw, lane_bits[t], LCT_LANE_FIELD_BITS);
+      bw_flush(&lw);
+    }
+    bw_finish(&lw, dst + 8);
     uint8_t *mant = dst + LCT_CODED_CHUNK_HEADER;
     if (keep) pack_mantissas(src, n, width, m, trim, keep, mant, mant_bytes);
     memcpy(mant + mant_bytes, code, code_bytes);
@@ -338,7 +347,7 @@ int lct_blob_info_read(const void *blob, size_t len, lct_blob_info *info) {
   const uint8_t *p = blob;
   if (!blob || len < LCT_HEADER_BYTES) return LCT_ECORRUPT;
   if (memcmp(p, "LCTZ", 4) != 0) return LCT_ECORRUPT;
-  if (p[4] != LCT_FORMAT_VERSION) return LCT_EVERSION;
+  if (p[4] != 1 && p[4] != LCT_FORMAT_VERSION) return LCT_EVERSION;
   lct__layout lay;
   if (lct__dtype_layout(p[5], &lay)) return LCT_ECORRUPT;
   uint64_t n_elems = get64(p + 8);
@@ -384,8 +393,30 @@ static int zero_bits_after(const uint8_t *sec, uint64_t sec_bytes, uint64_t used
   return 1;
 }
 
+/* How a blob's version lays out its coded chunks: lanes of lane_elems
+ * elements, their lengths in a header of `header` bytes. */
+typedef struct {
+  unsigned version, lanes, lane_elems, header;
+} chunk_form;
+
+static chunk_form chunk_form_of(unsigned version) {
+  return version == 1 ? (chunk_form){1, LCT_V1_LANES, LCT_V1_LANE_ELEMS, LCT_V1_CODED_CHUNK_HEADER}
+                      : (chunk_form){2, LCT_LANES, LCT_LANE_ELEMS, LCT_CODED_CHUNK_HEADER};
+}
+
+/* Lane t's lane_bits field of a coded chunk ch (version 2: 13 bits at bit 13 t
+ * of bytes 8..111, in at most three bytes that lie inside them). */
+static inline uint32_t lane_field(const uint8_t *ch, const chunk_form *f, unsigned t) {
+  if (f->version == 1) return get16(ch + 8 + 2 * t);
+  const unsigned b = LCT_LANE_FIELD_BITS * t, at = 8 + b / 8;
+  uint32_t v = ch[at] | (uint32_t)ch[at + 1] << 8;
+  if (b % 8 + LCT_LANE_FIELD_BITS > 16) v |= (uint32_t)ch[at + 2] << 16;
+  return (v >> (b % 8)) & ((1u << LCT_LANE_FIELD_BITS) - 1);
+}
+
 typedef struct {
   lct__layout lay;
+  chunk_form form;
   uint16_t table[1 << LCT_MAX_CODE_LEN];
 } decoder;
 
@@ -430,21 +461,21 @@ static inline void store_elem(uint8_t *out, uint64_t i, uint32_t x, const unsign
 /* Decodes one coded chunk (header already read) into out; the chunk's bytes
  * are blob[at, at + size). Returns 0 or a negative error. */
 static inline __attribute__((always_inline)) int decode_coded_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size,
-                                     uint64_t n, uint8_t *out, const unsigned width) {
+                                     uint64_t n, uint8_t *out, const unsigned width, const unsigned ge) {
   const uint8_t *ch = blob + at;
   const unsigned m = d->lay.mant_bits, s = d->lay.sym_bits, trim = ch[1], keep = m - trim;
-  const unsigned esc = d->lay.n_syms - 1;
+  const unsigned esc = d->lay.n_syms - 1, lanes = d->form.lanes;
   uint64_t lane_start[LCT_LANES + 1], total = 0;
-  for (unsigned t = 0; t < LCT_LANES; t++) {
-    uint16_t bits = get16(ch + 8 + 2 * t);
-    if ((uint64_t)t * LCT_LANE_ELEMS >= n && bits) return LCT_ECORRUPT;
+  for (unsigned t = 0; t < lanes; t++) {
+    uint32_t bits = lane_field(ch, &d->form, t);
+    if ((uint64_t)t * ge >= n && bits) return LCT_ECORRUPT;
     lane_start[t] = total;
     total += bits;
   }
-  lane_start[LCT_LANES] = total;
+  lane_start[lanes] = total;
   const uint64_t mant_bytes = pad4((n * keep + 7) / 8), code_bytes = pad4((total + 7) / 8);
-  if (LCT_CODED_CHUNK_HEADER + mant_bytes + code_bytes != size) return LCT_ECORRUPT;
-  const uint64_t mant_at = at + LCT_CODED_CHUNK_HEADER, code_at = mant_at + mant_bytes;
+  if (d->form.header + mant_bytes + code_bytes != size) return LCT_ECORRUPT;
+  const uint64_t mant_at = at + d->form.header, code_at = mant_at + mant_bytes;
   if (!zero_bits_after(blob + mant_at, mant_bytes, n * keep) || !zero_bits_after(blob + code_at, code_bytes, total))
     return LCT_ECORRUPT;
 
@@ -453,39 +484,48 @@ static inline __attribute__((always_inline)) int decode_coded_chunk(const decode
   /* Lanes are independent streams: decoding four at once overlaps their
    * load-lookup-shift dependency chains. */
   enum { GROUP = 4 };
-  for (unsigned g = 0; g < LCT_LANES && (uint64_t)g * LCT_LANE_ELEMS < n; g += GROUP) {
+  for (unsigned g = 0; g < lanes && (uint64_t)g * ge < n; g += GROUP) {
     uint64_t pos[GROUP], mpos[GROUP], cnt[GROUP];
     uint32_t bad = 0;
     for (unsigned k = 0; k < GROUP; k++) {
-      uint64_t lo = (uint64_t)(g + k) * LCT_LANE_ELEMS;
-      cnt[k] = lo >= n ? 0 : (n - lo < LCT_LANE_ELEMS ? n - lo : LCT_LANE_ELEMS);
+      uint64_t lo = (uint64_t)(g + k) * ge;
+      cnt[k] = lo >= n ? 0 : (n - lo < ge ? n - lo : ge);
       pos[k] = code_bit0 + lane_start[g + k];
       mpos[k] = mant_bit0 + lo * keep;
     }
     /* A lane reads at most 22 bits per element past its start: when even the
      * last lane of the group stays 8 bytes inside the blob, skip the checks. */
-    const int in_bounds = (pos[GROUP - 1] + LCT_LANE_ELEMS * (LCT_MAX_CODE_LEN + 10)) / 8 + 8 <= len;
-    uint8_t *lane_out = out + (uint64_t)g * LCT_LANE_ELEMS * width;
+    const int in_bounds = (pos[GROUP - 1] + ge * (LCT_MAX_CODE_LEN + 10)) / 8 + 8 <= len;
+    uint8_t *lane_out = out + (uint64_t)g * ge * width;
     if (in_bounds) {
       for (uint64_t j = 0; j < cnt[GROUP - 1]; j++) {
         for (unsigned k = 0; k < GROUP; k++)
-          store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 1), width);
+          store_elem(lane_out, k * ge + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 1), width);
       }
     } else {
       for (uint64_t j = 0; j < cnt[GROUP - 1]; j++) {
         for (unsigned k = 0; k < GROUP; k++)
-          store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
+          store_elem(lane_out, k * ge + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
       }
     }
     for (unsigned k = 0; k < GROUP; k++) {
       for (uint64_t j = cnt[GROUP - 1]; j < cnt[k]; j++) {
-        store_elem(lane_out, k * LCT_LANE_ELEMS + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
+        store_elem(lane_out, k * ge + j, decode_elem(&ld, &pos[k], &mpos[k], &bad, 0), width);
       }
       if (pos[k] != code_bit0 + lane_start[g + k + 1]) bad = 1;
     }
     if (bad) return LCT_ECORRUPT;
   }
   return 0;
+}
+
+/* decode_coded_chunk with the width and the lane length as constants in its loops. */
+static inline __attribute__((always_inline)) int decode_coded_width(const decoder *d, const uint8_t *blob, uint64_t len,
+                                                                    uint64_t at, uint64_t size, uint64_t n, uint8_t *out,
+                                                                    const unsigned width) {
+  return d->form.lane_elems == LCT_LANE_ELEMS
+             ? decode_coded_chunk(d, blob, len, at, size, n, out, width, LCT_LANE_ELEMS)
+             : decode_coded_chunk(d, blob, len, at, size, n, out, width, LCT_V1_LANE_ELEMS);
 }
 
 HOT_CLONES static int decode_chunk(const decoder *d, const uint8_t *blob, uint64_t len, uint64_t at, uint64_t size, uint64_t n,
@@ -500,11 +540,11 @@ HOT_CLONES static int decode_chunk(const decoder *d, const uint8_t *blob, uint64
     memcpy(out, ch + LCT_RAW_CHUNK_HEADER, n * w);
     rc = 0;
   } else if (ch[0] == 1 && d->lay.sym_bits) {
-    if (ch[1] > d->lay.mant_bits || size < LCT_CODED_CHUNK_HEADER) return LCT_ECORRUPT;
+    if (ch[1] > d->lay.mant_bits || size < d->form.header) return LCT_ECORRUPT;
     switch (w) {
-    case 4: rc = decode_coded_chunk(d, blob, len, at, size, n, out, 4); break;
-    case 2: rc = decode_coded_chunk(d, blob, len, at, size, n, out, 2); break;
-    default: rc = decode_coded_chunk(d, blob, len, at, size, n, out, 1); break;
+    case 4: rc = decode_coded_width(d, blob, len, at, size, n, out, 4); break;
+    case 2: rc = decode_coded_width(d, blob, len, at, size, n, out, 2); break;
+    default: rc = decode_coded_width(d, blob, len, at, size, n, out, 1); break;
     }
   } else {
     return LCT_ECORRUPT;
@@ -523,6 +563,7 @@ static int decode_blob(const void *blob, size_t len, void *dst, size_t cap, lct_
   const uint8_t *p = blob;
   decoder d;
   lct__dtype_layout(info.dtype, &d.lay);
+  d.form = chunk_form_of(p[4]);
   uint32_t cb_bytes = get32(p + 20);
   if (cb_bytes) {
     lct_codebook cb;

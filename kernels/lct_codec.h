@@ -13,15 +13,21 @@
 extern "C" {
 #endif
 
-#define LCT_FORMAT_VERSION 1
-#define LCT_CHUNK_ELEMS 16384 /* elements per chunk */
-#define LCT_LANES 32          /* independent code streams per chunk */
-#define LCT_LANE_ELEMS 512    /* elements per lane */
-#define LCT_MAX_CODE_LEN 12   /* decode tables have 2^12 entries */
-#define LCT_MAX_SYMS 1025     /* 2^10 symbol values plus ESC */
+#define LCT_FORMAT_VERSION 2   /* the version encoders write; decoders read 1 and 2 */
+#define LCT_CHUNK_ELEMS 16384  /* elements per chunk */
+#define LCT_LANES 64           /* independent code streams per chunk */
+#define LCT_LANE_ELEMS 256     /* elements per lane */
+#define LCT_LANE_FIELD_BITS 12 /* bits of a lane_bits field: a coded lane takes fewer than 4096 bits */
+#define LCT_MAX_CODE_LEN 12    /* decode tables have 2^12 entries */
+#define LCT_MAX_SYMS 1025      /* 2^10 symbol values plus ESC */
 #define LCT_HEADER_BYTES 40
 #define LCT_RAW_CHUNK_HEADER 8
-#define LCT_CODED_CHUNK_HEADER 72
+#define LCT_CODED_CHUNK_HEADER 104
+/* Format version 1's coded chunks (proto/FORMAT.md, "Version 1"): 32 lanes of
+ * 512 elements, u16 lane_bits. */
+#define LCT_V1_LANES 32
+#define LCT_V1_LANE_ELEMS 512
+#define LCT_V1_CODED_CHUNK_HEADER 72
 
 
 static inline uint64_t lct_chunk_count(uint64_t n_elems) {

@@ -20,8 +20,8 @@ int check_item(const lct_cuda_decode_item *it) {
 
 /* Launches the blobs of one dtype in groups of at most LCT__BATCH: the header
  * kernel (one block per blob), then, as its programmatic dependent, the chunk
- * kernel (a warp pair per chunk, lct__dec_cfg::PAIRS chunks of one blob per block).
- * A lone blob goes with the one-blob parameters. */
+ * kernel (one or two units per chunk, a warp pair each, `pairs` units of one
+ * blob per block). A lone blob goes with the one-blob parameters. */
 struct decode_launch {
   const lct_cuda_decode_item *items;
   size_t count;
@@ -29,22 +29,60 @@ struct decode_launch {
   uint8_t *tables;
   int *status;
   unsigned *done;
+  unsigned *version;
   cudaStream_t stream;
+  unsigned pairs; /* units per block of the dtype's launches */
+  bool split;     /* two units per chunk */
+
+  /* Sets the shared memory attributes of a chunk kernel, once per device. */
+  template <int DT, unsigned N, bool SPLIT> static int chunk_attrs(int dev) {
+    constexpr size_t smem = lct__dec_smem_bytes<DT>();
+    if (!smem) return 0;
+    /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
+    static std::atomic<uint64_t> attrs_set{0};
+    return lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N, SPLIT>, (int)smem, true, dev, attrs_set);
+  }
+
+  template <int DT, unsigned N, bool SPLIT> int launch_chunks(const lct__dec_params<N> &p, uint64_t n_blocks) {
+    int dev;
+    LCT__CUDA_TRY(cudaGetDevice(&dev));
+    int rc = chunk_attrs<DT, N, SPLIT>(dev);
+    if (rc) return rc;
+    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N, SPLIT>, (unsigned)n_blocks, pairs * 64,
+                                 lct__dec_smem_bytes<DT>(pairs), stream, p);
+  }
 
   template <int DT, unsigned N> int launch(const lct__dec_params<N> &p, uint64_t n_blocks) {
     lct__decode_header_kernel<DT, N><<<p.count, LCT__HDR_THREADS, 0, stream>>>(p);
     LCT__LAUNCH_CHECK();
     if (!n_blocks) return 0;
-    constexpr size_t smem = lct__dec_smem_bytes<DT>();
-    if (smem) { /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
-      static std::atomic<uint64_t> attrs_set{0};
-      int dev;
-      LCT__CUDA_TRY(cudaGetDevice(&dev));
-      int rc = lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N>, (int)smem, true, dev, attrs_set);
-      if (rc) return rc;
-    }
-    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N>, (unsigned)n_blocks, lct__dec_cfg<DT>::PAIRS * 64,
-                                 smem, stream, p);
+    return split ? launch_chunks<DT, N, true>(p, n_blocks) : launch_chunks<DT, N, false>(p, n_blocks);
+  }
+
+  /* A unit's decode takes as long as its lanes' chains of lookups, however
+   * few units share its SM. Where the chunks' halves all fit on the GPU at
+   * once, the launch splits version 2 chunks in two units (lct__part), and
+   * spreads its units over every SM in smaller blocks rather than filling a
+   * few SMs with full ones; a fuller launch decodes chunks whole, as more
+   * units would only queue behind each other. */
+  template <int DT> int pick_shape() {
+    uint64_t chunks = 0;
+    for (size_t i = 0; i < count; i++)
+      if (items[i].dtype == dtype) chunks += lct_chunk_count(items[i].n_elems);
+    int dev, sms, blocks;
+    LCT__CUDA_TRY(cudaGetDevice(&dev));
+    LCT__CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
+    /* The split kernel's blocks per SM, with the registers it takes. */
+    int rc = chunk_attrs<DT, LCT__BATCH, true>(dev);
+    if (rc) return rc;
+    LCT__CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, lct__decode_chunk_kernel<DT, LCT__BATCH, true>,
+                                                                PAIRS * 64, lct__dec_smem_bytes<DT>()));
+    split = 2 * chunks <= (uint64_t)sms * blocks * PAIRS;
+    const uint64_t units = (split ? 2 : 1) * chunks;
+    pairs = PAIRS;
+    while (pairs > (split ? 2u : 1u) && units < (uint64_t)pairs * sms) pairs /= 2;
+    return 0;
   }
 
   template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
@@ -55,17 +93,18 @@ struct decode_launch {
   }
 
   template <int DT> int run() {
+    int rc = pick_shape<DT>();
+    if (rc) return rc;
     lct__dec_params<LCT__BATCH> p;
     memset(&p, 0, sizeof p);
-    p.common = {tables, status, done};
+    p.common = {tables, status, done, version};
     uint64_t n_blocks = 0;
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      constexpr unsigned pairs = lct__dec_cfg<DT>::PAIRS;
-      const uint64_t blocks = (lct_chunk_count(it->n_elems) + pairs - 1) / pairs;
+      const uint64_t blocks = ((split ? 2 : 1) * lct_chunk_count(it->n_elems) + pairs - 1) / pairs;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
-        int rc = flush<DT>(p, n_blocks);
+        rc = flush<DT>(p, n_blocks);
         if (rc) return rc;
         n_blocks = 0;
       }
@@ -87,7 +126,7 @@ struct decode_launch {
 } // namespace
 
 extern "C" size_t lct_cuda_decode_workspace_size(size_t count) {
-  return count * (kTableBytes + sizeof(int) + sizeof(unsigned));
+  return count * (kTableBytes + sizeof(int) + 2 * sizeof(unsigned));
 }
 
 extern "C" int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t count, void *workspace,
@@ -101,8 +140,8 @@ extern "C" int lct_cuda_decode_batch(const lct_cuda_decode_item *items, size_t c
   if (workspace_bytes < lct_cuda_decode_workspace_size(count)) return LCT_EBUFSIZE;
   uint8_t *ws = static_cast<uint8_t *>(workspace);
   int *status = reinterpret_cast<int *>(ws + count * kTableBytes);
-  decode_launch l = {items, count, 0, ws, status,
-                     reinterpret_cast<unsigned *>(status + count), stream};
+  unsigned *done = reinterpret_cast<unsigned *>(status + count);
+  decode_launch l = {items, count, 0, ws, status, done, done + count, stream, 2, true};
   for (int d = 0; d < LCT_DTYPE_COUNT; d++) {
     l.dtype = d;
     int rc = lct__dispatch(d, l);

@@ -14,16 +14,17 @@ struct lct__dec_tensor {
   uint8_t *dst;
   uint64_t n_elems;
   int *status;
-  uint32_t begin;   /* its first chunk block in the launch (lct__dec_cfg::PAIRS chunks each) */
+  uint32_t begin;   /* its first chunk block in the launch (see lct__decode_chunk_kernel) */
   uint32_t slot;    /* its index in the workspace arrays */
   uint32_t aligned; /* dst is 16-byte aligned */
 };
 
 /* What the blobs of a decode launch share: the workspace. */
 struct lct__dec_common {
-  uint8_t *tables;   /* a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
-  int *ws_status;    /* status per slot */
-  unsigned *ws_done; /* finished chunks per slot */
+  uint8_t *tables;      /* a 4096-entry decode table per slot, LCT__TABLE_BYTES each (see lct__dec_tab) */
+  int *ws_status;       /* status per slot */
+  unsigned *ws_done;    /* finished units per slot (lct__decode_chunk_kernel) */
+  unsigned *ws_version; /* per slot, the format version the header kernel read */
 };
 
 template <unsigned N> using lct__dec_params = lct__launch_params<lct__dec_tensor, lct__dec_common, N>;
@@ -80,7 +81,7 @@ __device__ static inline int lct__header_error(const lct__dec_tensor &T, const u
   using L = lct__layout_of<DT>;
   const uint64_t len = T.blob_bytes;
   if (len < LCT_HEADER_BYTES || hw[0] != LCT__MAGIC) return LCT_ECORRUPT;
-  if ((hw[1] & 0xff) != LCT_FORMAT_VERSION) return LCT_EVERSION;
+  if ((hw[1] & 0xff) != 1 && (hw[1] & 0xff) != LCT_FORMAT_VERSION) return LCT_EVERSION;
   const uint64_t n_elems = hw[2] | (uint64_t)hw[3] << 32, blob_size = hw[8] | (uint64_t)hw[9] << 32;
   if (((hw[1] >> 8) & 0xff) != DT || ((hw[1] >> 16) & 0xff) != LCT_MAX_CODE_LEN || (hw[1] >> 24) || hw[7])
     return LCT_ECORRUPT;
@@ -242,6 +243,7 @@ __global__ void __launch_bounds__(LCT__HDR_THREADS)
   if (tid == 0) {
     p.common.ws_status[T.slot] = err;
     p.common.ws_done[T.slot] = 0;
+    p.common.ws_version[T.slot] = s_hw[1] & 0xff;
     if (n_chunks == 0) *T.status = err;
   }
 }
@@ -326,20 +328,30 @@ template <int DT> struct lct__dec_pair_smem {
   uint4 stage[32 * lct__dec_cfg<DT>::F];
   uint32_t code[32][lct__dec_cfg<DT>::RW];
   uint32_t wa[2][32]; /* per lane, the reader's word position after round rd, at [rd & 1] (lct__read_codes) */
+  uint32_t mid[2][32]; /* per lane of a whole chunk: lct__coded_view::mid, and the bits the reader took by symbol 256 */
   uint32_t syms[2][16][32];
   uint32_t mant[2][32][lct__dec_cfg<DT>::MROW];
 };
 
-/* What the two warps of a chunk tell each other besides the round buffers:
- * the assembler's one reading of the chunk's place and header, from which
- * both derive the same view (so that both take one path and meet each
- * other's barriers, even if the blob changed in between), and the reader's
- * verdict. */
+/* What the two warps of a pair tell each other besides the round buffers:
+ * the assembler's one reading of the blob's version (which part of which
+ * chunk is theirs) and of the chunk's place and header, from which both
+ * derive the same view (so that both take one path and meet each other's
+ * barriers, even if the blob changed in between), and the reader's verdict. */
 struct lct__pair_talk {
   uint64_t off, end;                      /* the chunk's bytes in the blob (off > end: no valid place) */
-  uint32_t hw[LCT_CODED_CHUNK_HEADER / 4]; /* its header words (zero past the chunk) */
+  uint32_t hw[LCT_CODED_CHUNK_HEADER / 4]; /* its header words (zero past the chunk), for either version */
+  uint32_t version;                       /* the blob's version byte, as read before the header kernel's verdict */
   uint32_t bad;                           /* the reader's verdict: its part of the chunk fails a check */
   uint32_t chk;                           /* a raw chunk: the check of the reader's words */
+  uint32_t mant_pad;                      /* the assembler's: nonzero mantissa padding */
+};
+
+/* Where the two parts of a version 2 chunk, decoded by two pairs of one
+ * block, meet: the sums of their checks and verdicts; the second to arrive
+ * judges the chunk. */
+struct lct__chunk_join {
+  uint32_t chk, bad, arrived;
 };
 
 template <int DT> struct lct__dec_smem {
@@ -348,7 +360,9 @@ template <int DT> struct lct__dec_smem {
 
 /* Dynamic shared memory of a chunk block (none for dtype raw: no codes); the
  * decode table is static shared memory, at an address the compiler knows. */
-template <int DT> constexpr size_t lct__dec_smem_bytes() { return lct__dt<DT>::S ? sizeof(lct__dec_smem<DT>) : 0; }
+template <int DT> constexpr size_t lct__dec_smem_bytes(unsigned pairs = lct__dec_cfg<DT>::PAIRS) {
+  return lct__dt<DT>::S ? pairs * sizeof(lct__dec_pair_smem<DT>) : 0;
+}
 template <int DT> constexpr size_t lct__dec_table_bytes() {
   return lct__dt<DT>::S ? LCT__TABLE_ENTRIES * sizeof(typename lct__dec_tab<DT>::Ent) : 0;
 }
@@ -524,15 +538,16 @@ __device__ static inline lct__mant_walk lct__mant_walk_of(uint32_t k, unsigned l
   return k ? lct__mant_walk{lane / k, lane % k, 32 / k, 32 % k} : lct__mant_walk{0, 0, 0, 0};
 }
 
-/* Mantissas of round rd: row t gets words [16 k t + k rd, 16 k t + k rd + k)
- * (lane t's elements [32 rd, 32 rd + 32)), copied by the whole warp, k words
- * per lane, coalesced. */
+/* Mantissas of round rd: row t gets words [lw t + k rd, lw t + k rd + k) of
+ * the part's (lane t's elements [32 rd, 32 rd + 32), lw = le k / 32 words
+ * per lane), copied by the whole warp, k words per lane, coalesced. */
 template <int DT>
 __device__ static inline void lct__fetch_mant(uint32_t (*rows)[lct__dec_cfg<DT>::MROW], const uint32_t *mant,
-                                             uint32_t mwords, uint32_t k, uint32_t rd, const lct__mant_walk &m) {
+                                             uint32_t mwords, uint32_t k, uint32_t lw, uint32_t rd,
+                                             const lct__mant_walk &m) {
   uint32_t t = m.t0, c = m.c0;
   for (uint32_t i = 0; i < k; i++) {
-    const uint32_t g = 16 * k * t + k * rd + c;
+    const uint32_t g = lw * t + k * rd + c;
     lct__cp_async4(&rows[t][c], mant + (g < mwords ? g : 0), g < mwords);
     c += m.dc;
     t += m.dt;
@@ -569,35 +584,64 @@ template <int DT> __device__ static inline uint32_t lct__stage_slot(uint32_t t, 
  * apart leave every sector half-written, which the memory system turns into
  * read-modify-writes). */
 template <int DT>
-__device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out, uint32_t n, uint32_t rd, uint32_t j,
-                                               unsigned lane) {
+__device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out, uint32_t n, uint32_t le, uint32_t rd,
+                                               uint32_t j, unsigned lane) {
   using C = lct__dec_cfg<DT>;
   constexpr unsigned W = C::W, G = C::G, F = C::F;
   const uint32_t h = lane % F;
 #pragma unroll
   for (uint32_t i = 0; i < F; i++) {
-    const uint32_t t = i * (32 / F) + lane / F, e = t * LCT_LANE_ELEMS + 32 * rd + j + h * G;
+    const uint32_t t = i * (32 / F) + lane / F, e = t * le + 32 * rd + j + h * G;
     if (e + G <= n) *reinterpret_cast<uint4 *>(out + (size_t)e * W) = stage[lct__stage_slot<DT>(t, h)];
   }
 }
 
-/* Where chunk c lies and what its header says, as both warps of its pair
- * derive it from the assembler's one reading (lct__chunk_read). */
+/* The part of a chunk a warp pair decodes: its units. A launch too small to
+ * fill the GPU splits each version 2 chunk in two parts, lanes 0-31 and 32-63
+ * (8192 elements each), decoded by two pairs at once, as a lane's chain of
+ * lookups is what such a decode waits for. The host does not know the
+ * version: a split launch gives each chunk two units, and unit u of a blob
+ * decodes part u % 2 of chunk u / 2 of a version 2 blob, all of chunk u of a
+ * version 1 blob (none for u >= n_chunks). A full launch gives each chunk one
+ * unit, which decodes it whole: 32 lanes of 512 elements, a version 2 chunk's
+ * lanes 2t and 2t + 1 (one code stream, end to end) read as its lane t. */
+struct lct__part {
+  uint32_t c;     /* the chunk */
+  uint32_t h;     /* the part: 0 or 1 */
+  uint32_t parts; /* the chunk's parts: 2 (a split version 2 chunk) or 1 */
+  uint32_t le;    /* elements per lane */
+  uint32_t version;
+  bool active;    /* the unit has a part */
+};
+
+__device__ static inline lct__part lct__part_of(uint32_t version, uint32_t u, uint32_t n_chunks, bool split) {
+  if (!split) return {u, 0, 1, LCT_V1_LANE_ELEMS, version, true};
+  if (version == 1) return {u, 0, 1, LCT_V1_LANE_ELEMS, version, u < n_chunks};
+  return {u >> 1, u & 1, 2, LCT_LANE_ELEMS, version, true};
+}
+
+/* Where a pair's part of chunk c lies and what the chunk's header says, as
+ * both warps of the pair derive it from the assembler's one reading
+ * (lct__chunk_read). */
 struct lct__chunk_view {
   const uint32_t *ch; /* the chunk */
   uint64_t size;      /* its bytes */
-  uint8_t *out;       /* its first element in dst */
-  uint32_t n;         /* its elements */
+  uint8_t *cout;      /* its first element in dst */
+  uint32_t cn;        /* its elements */
+  uint32_t cmult0;    /* lct__mult(base + g) = (cmult0 + 2g) * LCT__CHECK_MUL for its word g */
+  uint8_t *out;       /* the part's first element in dst */
+  uint32_t n;         /* the part's elements */
+  uint32_t mult0;     /* as cmult0, for the part's words */
   uint32_t hw;        /* header word `lane` (zero past the coded header or the chunk) */
   uint32_t stored;    /* its check */
   uint32_t mode, trim;
-  uint32_t mult0;     /* lct__mult(base + g) = (mult0 + 2g) * LCT__CHECK_MUL */
+  lct__part part;
 };
 
-/* The assembler: reads chunk c's place in the chunk table and, where it is
- * valid, its header words into talk, for both warps. It runs before the
- * header kernel's verdict is known, so it checks itself that the table lies
- * inside the blob. */
+/* The assembler: reads the blob's version and chunk c's place in the chunk
+ * table and, where it is valid, its header words into talk, for both warps.
+ * It runs before the header kernel's verdict is known, so it checks itself
+ * that the table lies inside the blob. */
 template <int DT>
 __device__ static void lct__chunk_read(const lct__dec_tensor &T, uint32_t c, uint32_t n_chunks, unsigned lane,
                                        lct__pair_talk &talk) {
@@ -623,16 +667,27 @@ __device__ static void lct__chunk_read(const lct__dec_tensor &T, uint32_t c, uin
   }
 }
 
-/* Chunk c's view from what the assembler read (talk), alike in both warps:
- * 0, or LCT_ECORRUPT for an invalid place or first header word. */
+/* The blob's version byte as the assembler of a pair reads it for both
+ * warps, before the header kernel's verdict. */
+__device__ static inline void lct__version_read(const lct__dec_tensor &T, unsigned lane, lct__pair_talk &talk) {
+  if (lane == 0) talk.version = T.blob_bytes >= 8 ? __ldg(reinterpret_cast<const uint32_t *>(T.blob) + 1) & 0xff : 0;
+}
+
+/* The pair's view of its part from what the assembler read (talk), alike in
+ * both warps: 0, or LCT_ECORRUPT for an invalid place or first header word. */
 template <int DT>
-__device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, unsigned lane, const lct__pair_talk &talk,
-                                      lct__chunk_view &v) {
+__device__ static int lct__chunk_open(const lct__dec_tensor &T, const lct__part &pt, unsigned lane,
+                                      const lct__pair_talk &talk, lct__chunk_view &v) {
   constexpr unsigned W = lct__dt<DT>::W;
-  const uint64_t first_elem = (uint64_t)c * LCT_CHUNK_ELEMS;
-  v.n = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
-  v.out = T.dst + first_elem * W;
-  v.mult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
+  const uint64_t first_elem = (uint64_t)pt.c * LCT_CHUNK_ELEMS;
+  v.part = pt;
+  v.cn = T.n_elems - first_elem < LCT_CHUNK_ELEMS ? (uint32_t)(T.n_elems - first_elem) : LCT_CHUNK_ELEMS;
+  v.cout = T.dst + first_elem * W;
+  v.cmult0 = (uint32_t)(2 * (first_elem * W / 4) + 1);
+  const uint32_t part_first = pt.h * (LCT_CHUNK_ELEMS / 2);
+  v.n = v.cn > part_first ? min(v.cn - part_first, LCT_CHUNK_ELEMS / pt.parts) : 0;
+  v.out = v.cout + (size_t)part_first * W;
+  v.mult0 = v.cmult0 + 2 * (part_first * W / 4);
   if (talk.off > talk.end) return LCT_ECORRUPT;
   v.size = talk.end - talk.off;
   v.ch = reinterpret_cast<const uint32_t *>(T.blob + talk.off);
@@ -644,20 +699,27 @@ __device__ static int lct__chunk_open(const lct__dec_tensor &T, uint32_t c, unsi
   return h0 >> 16 ? LCT_ECORRUPT : 0;
 }
 
-/* A raw chunk, by both warps (alternate 32-word runs): copy, verify size,
- * padding and check. Returns the chunk's status to the assembler, 0 to the
- * reader. */
+/* What the assembler of a pair makes of its part: the sum of its words'
+ * check terms and whether it failed any other check. */
+struct lct__verdict {
+  uint32_t chk, bad;
+};
+
+/* A raw chunk, by both warps of each of its parts' pairs (alternate 32-word
+ * runs): copy, verify size and padding, sum the check. Returns the verdict
+ * of the pair's words to the assembler. */
 template <int DT>
-__device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane, bool assembler,
-                                     lct__pair_talk &talk, unsigned bar) {
+__device__ static lct__verdict lct__raw_chunk(const lct__chunk_view &v, bool aligned, unsigned lane, bool assembler,
+                                              lct__pair_talk &talk, unsigned bar) {
   constexpr unsigned W = lct__dt<DT>::W;
-  const uint32_t nbytes = v.n * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
+  const uint32_t nbytes = v.cn * W, rw = (uint32_t)lct__pad4(nbytes) / 4;
+  const uint32_t warps = 2 * v.part.parts, first = 32 * (2 * v.part.h + assembler);
   uint32_t chk = 0, bad = v.trim || v.size != LCT_RAW_CHUNK_HEADER + 4ull * rw;
-  for (uint32_t j = lane + 32 * assembler; !bad && j < rw; j += 64) {
+  for (uint32_t j = first + lane; !bad && j < rw; j += 32 * warps) {
     const uint32_t x = __ldg(v.ch + 2 + j), b = 4 * j;
-    chk += x * ((v.mult0 + 2 * j) * LCT__CHECK_MUL);
+    chk += x * ((v.cmult0 + 2 * j) * LCT__CHECK_MUL);
     if (b + 4 > nbytes) bad |= x >> (8 * (nbytes - b));
-    lct__store_word<W>(v.out, b, x, nbytes, aligned);
+    lct__store_word<W>(v.cout, b, x, nbytes, aligned);
   }
   bad = __any_sync(LCT__FULL, bad);
   chk = lct__warp_sum(chk);
@@ -666,45 +728,77 @@ __device__ static int lct__raw_chunk(const lct__chunk_view &v, bool aligned, uns
     talk.chk = chk;
   }
   lct__pair_sync(bar);
-  if (!assembler) return 0;
-  if (bad || talk.bad) return LCT_ECORRUPT;
-  return chk + talk.chk != v.stored ? LCT_ECHECKSUM : 0;
+  return {chk + talk.chk, bad | talk.bad};
 }
 
-/* The layout of a coded chunk, as lane `lane` sees it. */
+/* The layout of a pair's part of a coded chunk, as lane `lane` sees it. */
 struct lct__coded_view {
   uint32_t nt;           /* the lane's elements */
   uint32_t lb;           /* its lane_bits */
   uint32_t start;        /* its stream's first bit in the code section */
   uint32_t total;        /* the code section's bits */
   uint32_t k;            /* kept mantissa bits per element */
-  uint32_t mwords, hwords;
-  const uint32_t *mant, *code;
+  uint32_t mwords;       /* the part's mantissa words and what lies after them in the section */
+  uint32_t hwords;       /* the code section's words */
+  const uint32_t *mant;  /* the part's first mantissa word */
+  const uint32_t *code;  /* the code section */
+  bool tail_checks;      /* the pair checks the sections' padding (one pair per chunk) */
+  uint32_t mid;          /* a whole version 2 chunk: lane 2t's bits, which the reader checks at symbol 256 (~0: none) */
 };
 
-/* Validates a coded chunk's header against its size. */
+/* Lane field f (0..63) of a version 2 coded header whose word `lane` is hw:
+ * 12 bits at bit 12 f of words 2..25. */
+__device__ static inline uint32_t lct__lane_field(uint32_t hw, uint32_t f) {
+  const uint32_t b = LCT_LANE_FIELD_BITS * f, q = 2 + b / 32;
+  const uint32_t lo = __shfl_sync(LCT__FULL, hw, q), hi = __shfl_sync(LCT__FULL, hw, min(q + 1, 31u));
+  return __funnelshift_r(lo, hi, b) & ((1u << LCT_LANE_FIELD_BITS) - 1);
+}
+
+/* Validates a coded chunk's header against its size, and finds the pair's part in it. */
 template <int DT>
 __device__ static int lct__coded_open(const lct__chunk_view &v, unsigned lane, lct__coded_view &cv) {
   constexpr unsigned S = lct__dt<DT>::S, M = lct__dt<DT>::M;
-  if (v.mode != 1 || S == 0 || v.trim > M || v.size < LCT_CODED_CHUNK_HEADER) return LCT_ECORRUPT;
-  cv.nt = v.n > lane * LCT_LANE_ELEMS ? min(v.n - lane * LCT_LANE_ELEMS, (uint32_t)LCT_LANE_ELEMS) : 0;
-  cv.lb = (__shfl_sync(LCT__FULL, v.hw, 2 + lane / 2) >> (16 * (lane & 1))) & 0xffff;
+  const bool v1 = v.part.version == 1;
+  const uint32_t header = v1 ? LCT_V1_CODED_CHUNK_HEADER : LCT_CODED_CHUNK_HEADER;
+  if (v.mode != 1 || S == 0 || v.trim > M || v.size < header) return LCT_ECORRUPT;
+  const uint32_t le = v.part.le;
+  cv.nt = v.n > lane * le ? min(v.n - lane * le, le) : 0;
+  cv.mid = ~0u;
+  uint32_t before = 0, after = 0; /* the lane bits of the parts before and after the pair's */
+  if (v1) {
+    cv.lb = (__shfl_sync(LCT__FULL, v.hw, 2 + lane / 2) >> (16 * (lane & 1))) & 0xffff;
+  } else if (v.part.parts == 1) { /* whole: lanes 2t and 2t + 1 as one; the second empty where lane t has 256 or fewer */
+    const uint32_t first = lct__lane_field(v.hw, 2 * lane), second = lct__lane_field(v.hw, 2 * lane + 1);
+    cv.lb = first + second;
+    cv.mid = cv.nt > LCT_LANE_ELEMS ? first : ~0u;
+    if (__any_sync(LCT__FULL, cv.nt <= LCT_LANE_ELEMS && second != 0)) return LCT_ECORRUPT;
+  } else {
+    const uint32_t f0 = lct__lane_field(v.hw, lane), f1 = lct__lane_field(v.hw, 32 + lane);
+    cv.lb = v.part.h ? f1 : f0;
+    const uint32_t other = lct__warp_sum(v.part.h ? f0 : f1);
+    if (v.part.h) {
+      before = other;
+    } else {
+      after = other;
+    }
+  }
   uint32_t start = cv.lb;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const uint32_t y = __shfl_up_sync(LCT__FULL, start, o);
     if ((int)lane >= o) start += y;
   }
-  cv.total = __shfl_sync(LCT__FULL, start, 31);
-  cv.start = start - cv.lb;
+  cv.total = before + __shfl_sync(LCT__FULL, start, 31) + after;
+  cv.start = before + start - cv.lb;
   cv.k = M - v.trim;
-  cv.mwords = (v.n * cv.k + 31) / 32;
+  const uint32_t mwords = (v.cn * cv.k + 31) / 32, skip = v.part.h * (LCT_CHUNK_ELEMS / 2) * cv.k / 32;
   cv.hwords = (cv.total + 31) / 32;
-  if (__any_sync(LCT__FULL, cv.nt == 0 && cv.lb != 0) ||
-      v.size != LCT_CODED_CHUNK_HEADER + 4ull * cv.mwords + 4ull * cv.hwords)
+  if (__any_sync(LCT__FULL, cv.nt == 0 && cv.lb != 0) || v.size != header + 4ull * mwords + 4ull * cv.hwords)
     return LCT_ECORRUPT;
-  cv.mant = v.ch + LCT_CODED_CHUNK_HEADER / 4;
-  cv.code = cv.mant + cv.mwords;
+  cv.mwords = mwords - min(skip, mwords);
+  cv.mant = v.ch + header / 4 + min(skip, mwords);
+  cv.code = v.ch + header / 4 + mwords;
+  cv.tail_checks = v.part.h == v.part.parts - 1;
   return 0;
 }
 
@@ -715,8 +809,8 @@ __device__ static inline lct__code_origin lct__code_origin_of(const lct__coded_v
   return {cbase, phase + cv.hwords, 32 * phase + cv.start};
 }
 
-/* Rounds of 32 elements per lane in a chunk of n elements. */
-__device__ static inline uint32_t lct__rounds(uint32_t n) { return (min(n, (uint32_t)LCT_LANE_ELEMS) + 31) / 32; }
+/* Rounds of 32 elements per lane in a part of n elements, le per lane. */
+__device__ static inline uint32_t lct__rounds(uint32_t n, uint32_t le) { return (min(n, le) + 31) / 32; }
 
 /* Elements of round rd of a lane of nt elements. */
 __device__ static inline uint32_t lct__round_elems(uint32_t nt, uint32_t rd) {
@@ -731,13 +825,14 @@ __device__ static inline uint32_t lct__round_elems(uint32_t nt, uint32_t rd) {
  * leaves in sm.wa at each hand-over. What the assembler fetches in round rd
  * lands before the barrier that ends it, so the reader may read it from
  * round rd + 2 on. */
-template <int DT>
+template <int DT, unsigned LE>
 __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
                                        const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
                                        lct__pair_talk &talk, unsigned bar) {
-  const uint32_t rounds = lct__rounds(v.n);
+  const uint32_t rounds = lct__rounds(v.n, LE);
   const lct__code_origin o = lct__code_origin_of(cv);
   const lct__ring_words<DT> ring{sm.code[lane]};
+  if constexpr (LE == LCT_V1_LANE_ELEMS) sm.mid[0][lane] = cv.mid; /* out of the rounds' registers */
   const lct__section_words section{o.cbase, o.cend};
   const uint32_t w0 = o.bit0 >> 5;
   lct__code_topup<DT>(sm.code[lane], o, o.bit0 >> 7, w0);
@@ -753,7 +848,8 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   r.pos = o.bit0 & 31;
   r.win = __funnelshift_l(r.hi, r.lo, r.pos);
   r.used = 0;
-  r.bad = 0;
+  /* Zero padding after the code section's last bit, checked up front: nothing of it stays live in the rounds. */
+  r.bad = lane == 0 && cv.tail_checks && (cv.total & 31) ? __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31) : 0;
   /* Granules before gdone have landed in the ring: the first fill, then what
    * the assembler fetched for the position handed over a round before the
    * latest (wa_prev). */
@@ -804,26 +900,29 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
       out[32 * (jn >> 1)] = lct__take_symbol<DT>(r, tab, section);
       lct__commit(r, section);
     }
+    if constexpr (LE == LCT_V1_LANE_ELEMS) { /* a whole version 2 chunk: lane 2t took exactly its bits */
+      if (rd == LCT_LANE_ELEMS / 32 - 1) sm.mid[1][lane] = 32 * (r.wa - 2) + r.pos - o.bit0; /* checked below */
+    }
     sm.wa[rd & 1][lane] = r.wa;
     gdone = lct__ring_limit<DT>(wa_prev);
     wa_prev = r.wa;
     lct__pair_sync(bar); /* hand the round over */
   }
-  /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
+  /* The lane consumed exactly lane_bits; no invalid code; zero padding (r.bad). */
   uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - o.bit0 != cv.lb;
-  if (lane == 0 && (cv.total & 31)) bad |= __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31);
+  if constexpr (LE == LCT_V1_LANE_ELEMS) bad |= sm.mid[0][lane] != ~0u && sm.mid[1][lane] != sm.mid[0][lane];
   bad = __any_sync(LCT__FULL, bad);
   if (lane == 0) talk.bad = bad;
   lct__pair_sync(bar);
 }
 
-/* The assembler warp of a coded chunk: lane t rebuilds elements [512 t, 512 t
- * + 512) from the symbols the reader hands over and the mantissa section,
- * and stores them. Returns (warp-uniformly) 0, LCT_ECORRUPT (the reader's
- * verdict included) or LCT_ECHECKSUM. */
-template <int DT>
-__device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk_view &v, const lct__coded_view &cv,
-                                    bool aligned, unsigned lane, const lct__pair_talk &talk, unsigned bar) {
+/* The assembler warp of a pair's part of a coded chunk: lane t rebuilds the
+ * part's elements [le t, le t + le) from the symbols the reader hands over
+ * and the mantissa section, and stores them. Returns (warp-uniformly) the
+ * part's verdict, the reader's included. */
+template <int DT, unsigned LE>
+__device__ static lct__verdict lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk_view &v, const lct__coded_view &cv,
+                                    bool aligned, unsigned lane, lct__pair_talk &talk, unsigned bar) {
   using C = lct__dec_cfg<DT>;
   using TAB = lct__dec_tab<DT>;
   constexpr unsigned W = C::W, G = C::G, E = C::E;
@@ -831,19 +930,25 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
   uint8_t *const out = v.out;
   const lct__mant_walk walk = lct__mant_walk_of(k, lane);
   const lct__code_origin o = lct__code_origin_of(cv);
+  constexpr uint32_t le = LE;
+  const uint32_t lw = le / 32 * k; /* mantissa words per lane */
   uint32_t gfill = lct__ring_limit<DT>(o.bit0 >> 5); /* the granule after the reader's first fill */
-  lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, 0, walk);
+  /* Zero padding after the mantissa section's last bit, checked up front and
+   * kept in shared memory: no register of the rounds holds it. */
+  const uint32_t tail = (v.cn * k) & 31;
+  if (lane == 0) talk.mant_pad = cv.tail_checks && tail ? __ldg(cv.mant + cv.mwords - 1) >> tail : 0;
+  lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, lw, 0, walk);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
 
-  const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * LCT_LANE_ELEMS;
+  const uint32_t kmask = ((1u << k) - 1) << trim, e0 = lane * le;
   constexpr unsigned F = C::F;
-  const uint32_t rounds = lct__rounds(n);
+  const uint32_t rounds = lct__rounds(n, le);
   uint32_t chk = 0, mw = (v.mult0 + 2 * (e0 * W / 4)) * LCT__CHECK_MUL; /* multiplier of the lane's next word */
   for (uint32_t rd = 0; rd < rounds; rd++) {
     /* In flight while this round is assembled: the next round's rows. */
-    if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], cv.mant, cv.mwords, k, rd + 1, walk);
+    if (rd + 1 < rounds) lct__fetch_mant<DT>(sm.mant[(rd + 1) & 1], cv.mant, cv.mwords, k, lw, rd + 1, walk);
     lct__cp_commit();
     lct__pair_sync(bar); /* the reader has handed this round over */
     /* The ring slots the reader is done with get the granules it may read
@@ -853,7 +958,7 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
     const uint32_t *const syms = &sm.syms[rd & 1][0][lane];
     const uint32_t *row = sm.mant[rd & 1][lane];
     const uint32_t jn = lct__round_elems(cv.nt, rd);
-    const uint32_t jw = min(min(n, (uint32_t)LCT_LANE_ELEMS) - 32 * rd, 32u); /* lane 0's jn: the warp's */
+    const uint32_t jw = min(min(n, le) - 32 * rd, 32u); /* lane 0's jn: the warp's */
     for (uint32_t j = 0; j < jw; j += F * G) { /* F store groups, then a flush */
 #pragma unroll
       for (uint32_t h = 0; h < F; h++) {
@@ -912,7 +1017,7 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
       }
       if (aligned) {
         __syncwarp();
-        lct__flush_stage<DT>(sm.stage, out, n, rd, j, lane);
+        lct__flush_stage<DT>(sm.stage, out, n, le, rd, j, lane);
         __syncwarp();
       }
     }
@@ -926,85 +1031,155 @@ __device__ static int lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk
     lct__cp_wait<0>();
     __syncwarp(); /* the next rows have landed; every lane is done with this round's */
   }
-  uint32_t bad = 0;
-  if (lane == 0 && ((n * k) & 31)) bad = __ldg(cv.mant + cv.mwords - 1) >> ((n * k) & 31);
   chk = lct__warp_sum(chk);
   lct__pair_sync(bar); /* the reader's verdict */
-  if (__any_sync(LCT__FULL, bad) || talk.bad) return LCT_ECORRUPT;
-  return chk != v.stored ? LCT_ECHECKSUM : 0;
+  return {chk, talk.mant_pad || talk.bad};
 }
 
-/* The warp pair of chunk c, once the assembler has read its place and
- * header into talk (lct__chunk_read): both derive its view from that one
- * reading (a blob rewritten under them, by a dst overlapping a blob of the
- * launch, cannot send them different ways: the chunk then fails). Both copy
- * a raw chunk; of a coded one the reader reads the codes while the assembler
- * rebuilds the elements. Returns (warp-uniformly) the chunk's status to the
- * assembler, 0 to the reader. */
-template <int DT>
-__device__ static int lct__decode_chunk_pair(const lct__dec_tensor &T, const typename lct__dec_tab<DT>::Ent *tab,
-                                             lct__dec_pair_smem<DT> &sm, lct__pair_talk &talk, uint32_t c,
-                                             unsigned lane, bool assembler, unsigned bar) {
+/* A warp's role in a pair's part of a coded chunk of lanes of LE elements. */
+template <int DT, unsigned LE, bool ASSEMBLER>
+__device__ static inline lct__verdict lct__lanes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
+                                                 const lct__chunk_view &v, const lct__coded_view &cv, bool aligned,
+                                                 unsigned lane, lct__pair_talk &talk, unsigned bar) {
+  if constexpr (ASSEMBLER) {
+    return lct__assemble<DT, LE>(sm, v, cv, aligned, lane, talk, bar);
+  } else {
+    lct__read_codes<DT, LE>(tab, sm, v, cv, lane, talk, bar);
+    return {0, 0};
+  }
+}
+
+/* The warp pair of a part, once the assembler has read the chunk's place and
+ * header into talk (lct__chunk_read): both derive the part's view from that
+ * one reading (a blob rewritten under them, by a dst overlapping a blob of
+ * the launch, cannot send them different ways: the chunk then fails). Both
+ * copy their share of a raw chunk; of a coded one the reader reads the codes
+ * while the assembler rebuilds the elements. Returns (warp-uniformly) the
+ * part's verdict to the assembler. Each warp's role is a compile-time one,
+ * so that the registers of one role's rounds are not allotted around the
+ * other's. */
+template <int DT, bool SPLIT, bool ASSEMBLER>
+__device__ static lct__verdict lct__decode_part(const lct__dec_tensor &T, const lct__part &pt,
+                                                const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
+                                                lct__pair_talk &talk, unsigned lane, unsigned bar) {
+  constexpr lct__verdict corrupt = {0, 1};
+  constexpr bool assembler = ASSEMBLER;
   lct__chunk_view v;
-  int err = lct__chunk_open<DT>(T, c, lane, talk, v);
-  if (err) return assembler ? err : 0;
+  if (lct__chunk_open<DT>(T, pt, lane, talk, v)) return corrupt;
   if (v.mode == 0) return lct__raw_chunk<DT>(v, T.aligned, lane, assembler, talk, bar);
   lct__coded_view cv;
-  if ((err = lct__coded_open<DT>(v, lane, cv)) != 0) return assembler ? err : 0;
+  if (lct__coded_open<DT>(v, lane, cv)) return corrupt;
   if constexpr (lct__dt<DT>::S > 0) {
-    if (!assembler) {
-      lct__read_codes<DT>(tab, sm, v, cv, lane, talk, bar);
-      return 0;
-    }
-    return lct__assemble<DT>(sm, v, cv, T.aligned, lane, talk, bar);
+    /* Lanes of compile-time length: a launch that decodes chunks whole has
+     * lanes of 512 alone; a split one, lanes of 256 but in the version 1
+     * chunks it meets. */
+    if (!SPLIT || pt.le == LCT_V1_LANE_ELEMS)
+      return lct__lanes<DT, LCT_V1_LANE_ELEMS, ASSEMBLER>(tab, sm, v, cv, T.aligned, lane, talk, bar);
+    return lct__lanes<DT, LCT_LANE_ELEMS, ASSEMBLER>(tab, sm, v, cv, T.aligned, lane, talk, bar);
   }
-  return LCT_ECORRUPT; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
+  return corrupt; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
 }
 
-/* A warp pair per chunk, PAIRS chunks of one blob per block: warp p reads
- * pair p's codes, warp PAIRS + p assembles them. An SM issues warp w's
- * instructions from its scheduler w % 4, so every scheduler gets as many
- * readers (the critical path) as assemblers; with readers on even warps, two
- * schedulers held all of them. */
-template <int DT, unsigned N>
-__global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, lct__dec_blocks_per_sm<DT>())
+/* One unit of the block's blob is done, with status err: the last of the
+ * blob's units writes the blob's status. Everything it needs is read anew,
+ * from what the block shares, rather than kept through the decode. */
+template <bool SPLIT, unsigned N> __device__ static void lct__unit_done(const lct__dec_params<N> &p, int err) {
+  const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
+  int *const wst = p.common.ws_status + T.slot;
+  if (err) atomicCAS(wst, 0, err);
+  __threadfence();
+  const uint32_t units = (SPLIT ? 2 : 1) * lct__chunk_count(T.n_elems);
+  if (atomicAdd(p.common.ws_done + T.slot, 1u) == units - 1) {
+    __threadfence();
+    *T.status = *(volatile int *)wst;
+  }
+}
+
+/* A chunk's status from the verdicts of its parts. */
+__device__ static inline int lct__judge(const lct__verdict &vd, uint32_t stored) {
+  return vd.bad ? LCT_ECORRUPT : vd.chk != stored ? LCT_ECHECKSUM : 0;
+}
+
+/* A warp pair per unit (lct__part), up to PAIRS units of one blob per block
+ * (the launch picks how many: blockDim.x / 64, an even number in a split
+ * launch, so that the two parts of a version 2 chunk meet in the block). A
+ * split launch is one of few units, so its kernel takes the registers it
+ * wants rather than the fewer that fit more blocks per SM:
+ * warp p reads pair p's codes, warp pairs + p assembles them. An SM issues
+ * warp w's instructions from its scheduler w % 4, so every scheduler gets as
+ * many readers (the critical path) as assemblers; with readers on even
+ * warps, two schedulers held all of them. Every unit of a blob counts itself
+ * done once; the last one writes the blob's status. */
+template <int DT, unsigned N, bool SPLIT>
+__global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params<N> p) {
-  constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
   using Ent = typename lct__dec_tab<DT>::Ent;
   __shared__ __align__(16) Ent s_tab[lct__dt<DT>::S ? LCT__TABLE_ENTRIES : 1];
   __shared__ int s_known;
-  __shared__ lct__pair_talk s_talk[PAIRS];
+  __shared__ uint32_t s_version;
+  __shared__ lct__pair_talk s_talk[lct__dec_cfg<DT>::PAIRS];
+  __shared__ lct__chunk_join s_join[lct__dec_cfg<DT>::PAIRS / 2];
   auto &sm = *reinterpret_cast<lct__dec_smem<DT> *>(lct__dec_shared);
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % PAIRS;
-  const bool assembler = warp >= PAIRS;
+  const unsigned pairs = blockDim.x >> 6, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % pairs;
+  const bool assembler = warp >= pairs;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), c = (blockIdx.x - T.begin) * PAIRS + pair;
+  constexpr bool split = SPLIT;
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), units = (split ? 2 : 1) * n_chunks,
+                 u = (blockIdx.x - T.begin) * pairs + pair;
   int *const wst = p.common.ws_status + T.slot;
-  /* The blob's chunk table and chunk headers are the caller's: read before
-   * the header kernel is done, which writes the table and status read after. */
-  if (assembler && c < n_chunks) lct__chunk_read<DT>(T, c, n_chunks, lane, s_talk[pair]);
+  lct__pair_talk &talk = s_talk[pair];
+  /* The blob's version, chunk table and chunk headers are the caller's: read
+   * before the header kernel is done, which writes the table and status read
+   * after. */
+  if (assembler && u < units) {
+    lct__version_read(T, lane, talk);
+    __syncwarp();
+    const lct__part pt = lct__part_of(talk.version, u, n_chunks, split);
+    if (pt.active) lct__chunk_read<DT>(T, pt.c, n_chunks, lane, talk);
+  }
+  if (threadIdx.x < pairs / 2) s_join[threadIdx.x] = {0, 0, 0};
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (lct__dt<DT>::S > 0) {
     const uint4 *tab_g = reinterpret_cast<const uint4 *>(p.common.tables + (size_t)T.slot * LCT__TABLE_BYTES);
-    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += PAIRS * 64)
+    for (unsigned i = threadIdx.x; i < sizeof s_tab / 16; i += blockDim.x)
       reinterpret_cast<uint4 *>(s_tab)[i] = __ldg(tab_g + i);
   }
   /* Skip the work once the blob is known corrupt (read once: both warps of a pair must agree). */
-  if (threadIdx.x == 0) s_known = *(volatile int *)wst;
+  if (threadIdx.x == 0) {
+    s_known = *(volatile int *)wst;
+    s_version = *(volatile unsigned *)(p.common.ws_version + T.slot);
+  }
   __syncthreads(); /* also hands each pair's reader the assembler's reading */
-  if (c >= n_chunks) return;
-  const int err = s_known == 0 ? lct__decode_chunk_pair<DT>(T, s_tab, sm.pair[pair], s_talk[pair], c, lane,
-                                                            assembler, 1 + pair)
-                               : 0;
-  if (assembler && lane == 0) {
-    if (err) atomicCAS(wst, 0, err);
-    __threadfence();
-    if (atomicAdd(p.common.ws_done + T.slot, 1u) == n_chunks - 1) {
-      __threadfence();
-      *T.status = *(volatile int *)wst;
+  if (u >= units) return;
+  /* A version read before the header kernel's that differs from it: the blob
+   * changed during the launch, and its parts may have gone other ways. */
+  const int known = s_known ? s_known : talk.version != s_version ? LCT_ECORRUPT : 0;
+  const lct__part pt = lct__part_of(talk.version, u, n_chunks, split);
+  if (known || !pt.active) {
+    if (assembler && lane == 0) lct__unit_done<SPLIT>(p, known);
+    return;
+  }
+  if (!assembler) {
+    lct__decode_part<DT, SPLIT, false>(T, pt, s_tab, sm.pair[pair], talk, lane, 1 + pair);
+    return;
+  }
+  const lct__verdict vd = lct__decode_part<DT, SPLIT, true>(T, pt, s_tab, sm.pair[pair], talk, lane, 1 + pair);
+  if (lane != 0) return;
+  int err = 0;
+  if (pt.parts == 1) {
+    err = lct__judge(vd, talk.hw[1]);
+  } else { /* the second part to arrive judges the chunk */
+    lct__chunk_join &j = s_join[pair / 2];
+    atomicAdd(&j.chk, vd.chk);
+    atomicOr(&j.bad, vd.bad);
+    __threadfence_block();
+    if (atomicAdd(&j.arrived, 1u) == 1) {
+      __threadfence_block();
+      err = lct__judge({atomicAdd(&j.chk, 0u), atomicOr(&j.bad, 0u)}, talk.hw[1]);
     }
   }
+  lct__unit_done<SPLIT>(p, err);
 }
 
 #endif

@@ -5,7 +5,7 @@
 #include "lct_cuda_common.cuh"
 
 #define LCT__ENC_THREADS 512 /* one block per chunk; thread i owns chunk elements [32 i, 32 i + 32) */
-#define LCT__EPT 32          /* elements per thread: 16 threads make one 512-element lane stream */
+#define LCT__EPT 32          /* elements per thread: 8 threads make one 256-element lane stream */
 #define LCT__LB_AGG (1ull << 62)
 #define LCT__LB_INCL (2ull << 62)
 #define LCT__LB_VALUE ((1ull << 62) - 1)
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   __shared__ uint32_t s_enc[S ? 1u << S : 1];
   __shared__ uint32_t s_hist[S ? 1u << S : 1]; /* the chunk's symbol counts, when the tensor takes them */
   __shared__ uint4 s_warp[LCT__ENC_THREADS / 32]; /* per warp: code bits, check, mantissa OR */
-  __shared__ uint32_t s_lane_bits[32];
+  __shared__ uint32_t s_lane_bits[LCT_LANES];
   __shared__ uint64_t s_excl;
 
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -400,15 +400,20 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     const uint32_t y = __shfl_up_sync(LCT__FULL, incl, o);
     if ((int)lane >= o) incl += y;
   }
+  constexpr unsigned TPL = LCT_LANE_ELEMS / LCT__EPT; /* threads per lane */
+  static_assert(TPL * LCT__EPT == LCT_LANE_ELEMS && TPL <= 32 && (TPL & (TPL - 1)) == 0, "lanes of whole warps' parts");
   uint32_t lbits = tbits;
 #pragma unroll
-  for (int o = 8; o; o >>= 1) lbits += __shfl_xor_sync(LCT__FULL, lbits, o);
+  for (int o = TPL / 2; o; o >>= 1) lbits += __shfl_xor_sync(LCT__FULL, lbits, o);
   chk = lct__warp_sum(chk);
   mor = lct__warp_or(mor);
-  if (lane == 31) s_warp[warp] = make_uint4(incl, chk, mor, 0);
-  if ((lane & 15) == 0) s_lane_bits[tid >> 4] = lbits;
+  /* The OR of the warp's lane lengths: a lane of 4096 bits or more has no
+   * field for its length, and its chunk is stored raw. */
+  const uint32_t lor = __reduce_or_sync(LCT__FULL, lbits);
+  if (lane == 31) s_warp[warp] = make_uint4(incl, chk, mor, lor);
+  if (lane % TPL == 0) s_lane_bits[tid / TPL] = lbits;
   __syncthreads();
-  uint32_t total = 0, before = 0, bchk = 0, bor = 0;
+  uint32_t total = 0, before = 0, bchk = 0, bor = 0, blor = 0;
 #pragma unroll
   for (unsigned w = 0; w < LCT__ENC_THREADS / 32; w++) {
     const uint4 v = s_warp[w];
@@ -416,6 +421,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
     total += v.x;
     bchk += v.y;
     bor |= v.z;
+    blor |= v.w;
   }
   const uint32_t bitpos = before + incl - tbits; /* this thread's first bit in the code section */
   if constexpr (S > 0) {
@@ -432,7 +438,7 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
   }
   const uint32_t raw_size = 8 + (uint32_t)lct__pad4((uint64_t)n * W);
   const uint32_t mbytes = (uint32_t)lct__pad4(((uint64_t)n * k + 7) / 8), hbytes = (uint32_t)lct__pad4((total + 7) / 8);
-  const bool coded = S > 0 && LCT_CODED_CHUNK_HEADER + mbytes + hbytes < raw_size;
+  const bool coded = S > 0 && LCT_CODED_CHUNK_HEADER + mbytes + hbytes < raw_size && !(blor >> LCT_LANE_FIELD_BITS);
   const uint32_t size = coded ? LCT_CODED_CHUNK_HEADER + mbytes + hbytes : raw_size;
   /* lct_encode_stats.code_bits: counted once the mantissas leave room for
    * codes, also when the codes then do not pay and the chunk goes raw. */
@@ -451,7 +457,17 @@ __global__ void __launch_bounds__(LCT__ENC_THREADS, lct__enc_min_blocks<DT>())
       stage[lct__pidx(0)] = 1u | trim << 8;
       stage[lct__pidx(1)] = bchk;
     }
-    if (tid < 16) stage[lct__pidx(2 + tid)] = s_lane_bits[2 * tid] | s_lane_bits[2 * tid + 1] << 16;
+    /* lane_bits: 12-bit fields, field t at bit 12 t; word q gathers the fields that reach into it. */
+    constexpr unsigned FB = LCT_LANE_FIELD_BITS, FIELD_WORDS = LCT_LANES * FB / 32;
+    static_assert(LCT_CODED_CHUNK_HEADER == 8 + 4 * FIELD_WORDS, "the coded header is its fields");
+    if (tid < FIELD_WORDS) {
+      uint32_t w = 0;
+      for (unsigned t = 32 * tid / FB; t < LCT_LANES && FB * t < 32 * tid + 32; t++) {
+        const int sh = (int)(FB * t) - (int)(32 * tid);
+        w |= sh >= 0 ? s_lane_bits[t] << sh : s_lane_bits[t] >> -sh;
+      }
+      stage[lct__pidx(2 + tid)] = w;
+    }
     /* 32 elements of k bits: exactly k words, word-aligned. */
     if constexpr (S > 0) lct__pack_mant_k<W, M>(k, x, stage, tid * k, mwords);
   } else { /* a raw chunk: the raw bytes, zero-padded, behind the header */

@@ -2,8 +2,9 @@
 """format_conformance.py — a second, independent decoder of proto/FORMAT.md, run on the golden blobs.
 
 It is written from the specification alone (plain Python, no shared code with
-the C codec) and decodes every tests/data/golden/*.lct back to its .in file,
-so the document is shown to be complete and the reference codec to follow it.
+the C codec) and decodes every tests/data/golden/*.lct (format version 2) and
+tests/data/golden/v1/*.lct (version 1) back to its .in file, so the document
+is shown to be complete and the reference codec to follow it.
 """
 import pathlib
 import struct
@@ -17,7 +18,9 @@ def require(cond, message):
 
 DTYPES = {0: ("raw", 1, 0), 1: ("f32", 4, 10), 2: ("bf16", 2, 10), 3: ("f16", 2, 7),
           4: ("f8e4m3", 1, 6), 5: ("f8e5m2", 1, 7)}
-CHUNK, LANES, LANE, MAXLEN = 16384, 32, 512, 12
+CHUNK, MAXLEN = 16384, 12
+# Per version: lanes per chunk, elements per lane, coded chunk header bytes.
+CODED_CHUNKS = {1: (32, 512, 72), 2: (64, 256, 104)}
 
 
 def check(data, base):
@@ -50,7 +53,9 @@ def canonical_codes(lens):
 
 
 def decode(blob):
-    require(blob[:4] == b"LCTZ" and blob[4] == 1 and blob[6] == MAXLEN and blob[7] == 0, "bad magic, version or code length limit")
+    require(blob[:4] == b"LCTZ" and blob[4] in CODED_CHUNKS and blob[6] == MAXLEN and blob[7] == 0,
+            "bad magic, version or code length limit")
+    lanes, lane, header = CODED_CHUNKS[blob[4]]
     name, w, s = DTYPES[blob[5]]
     n_elems, n_chunks, cb_bytes, hcheck, reserved, size = struct.unpack_from("<QIIIIQ", blob, 8)
     require(size == len(blob) and reserved == 0 and n_chunks == -(-n_elems // CHUNK), "blob_size, reserved or chunk count wrong")
@@ -71,16 +76,20 @@ def decode(blob):
         if mode == 0:
             raw = ch[8:8 + n * w]
         else:
-            lane_bits = struct.unpack_from("<32H", ch, 8)
+            if blob[4] == 1:
+                lane_bits = struct.unpack_from("<32H", ch, 8)
+            else:
+                fields = Bits(ch[8:104], 0)
+                lane_bits = [fields.read(12) for _ in range(lanes)]
             keep = m - trim
             mant_bytes = -(-(n * keep) // 8)
             mant_bytes += -mant_bytes % 4
-            mant = Bits(ch[72:72 + mant_bytes], 0)
-            code = Bits(ch[72 + mant_bytes:], 0)
+            mant = Bits(ch[header:header + mant_bytes], 0)
+            code = Bits(ch[header + mant_bytes:], 0)
             vals = []
-            for t in range(LANES):
+            for t in range(lanes):
                 lane_start = code.pos
-                for _ in range(max(0, min(LANE, n - t * LANE))):
+                for _ in range(max(0, min(lane, n - t * lane))):
                     length, bits = 1, code.read(1)
                     while (length, bits) not in codes:
                         bits |= code.read(1) << length
@@ -98,13 +107,16 @@ def decode(blob):
 
 
 def main(golden_dir):
-    blobs = sorted(pathlib.Path(golden_dir).glob("*.lct"))
-    require(blobs, "no golden blobs")
-    for blob in blobs:
-        expected = blob.with_suffix(".in").read_bytes()
-        got = decode(blob.read_bytes())
-        require(got == expected, f"{blob.name}: decoded bytes differ")
-        print(f"{blob.name}: ok ({len(expected)} bytes)")
+    golden_dir = pathlib.Path(golden_dir)
+    for version, blobs in ((2, sorted(golden_dir.glob("*.lct"))), (1, sorted(golden_dir.glob("v1/*.lct")))):
+        require(blobs, f"no golden blobs of version {version}")
+        for blob in blobs:
+            data = blob.read_bytes()
+            require(data[4] == version, f"{blob.name}: not a version {version} blob")
+            expected = (golden_dir / blob.name).with_suffix(".in").read_bytes()
+            got = decode(data)
+            require(got == expected, f"{blob.name} (version {version}): decoded bytes differ")
+            print(f"{blob.name} (version {version}): ok ({len(expected)} bytes)")
 
 
 if __name__ == "__main__":

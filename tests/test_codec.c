@@ -162,6 +162,17 @@ Test(codec, stale_codebook_is_exact_and_counts_escapes) {
   free(v);
 }
 
+Test(codec, lanes_past_their_length_field_go_raw) {
+  const uint64_t n = 2 * LCT_CHUNK_ELEMS + 300;
+  lct_codebook cb;
+  uint32_t *x = test_escape_only_f32(n, &cb);
+  lct_encode_stats st;
+  roundtrip_with(LCT_DTYPE_F32, &cb, x, n, &st);
+  cr_assert_eq(st.escapes, n);
+  cr_assert_eq(st.raw_chunks, 3, "chunks with lanes of 4096 code bits are stored raw");
+  free(x);
+}
+
 Test(codec, never_larger_than_bound) {
   test_rng rng = {5};
   for (int dtype = 0; dtype < LCT_DTYPE_COUNT; dtype++) {
@@ -382,6 +393,99 @@ Test(codec, golden_blobs) {
   }
   closedir(dir);
   cr_assert_geq(checked, 6);
+}
+
+/* Coded chunks of a blob (mode byte 1), read through its chunk table. */
+static unsigned coded_chunks(const uint8_t *blob, size_t len) {
+  lct_blob_info info;
+  cr_assert_eq(lct_blob_info_read(blob, len, &info), 0);
+  const size_t cb = lct_codebook_bytes(info.dtype), table = LCT_HEADER_BYTES + ((cb + 7) & ~(size_t)7);
+  unsigned coded = 0;
+  for (uint32_t c = 0; c < info.n_chunks; c++) {
+    uint64_t at;
+    memcpy(&at, blob + table + 8 * c, 8);
+    coded += blob[at] == 1;
+  }
+  return coded;
+}
+
+/* Version 1 golden blobs (tests/data/golden/v1/) decode to the inputs they
+ * were written from, and the version 2 blob of each input carries the same
+ * sections: with its lane lengths summed in pairs into version 1's header it
+ * is the version 1 blob byte for byte (proto/FORMAT.md, "Version 1"). */
+Test(codec, golden_version_1_blobs_decode) {
+  char dirpath[1100];
+  snprintf(dirpath, sizeof dirpath, "%s/golden/v1", test_data_dir());
+  DIR *dir = opendir(dirpath);
+  cr_assert(dir, "tests/data/golden/v1 is missing");
+  int checked = 0;
+  for (struct dirent *de; (de = readdir(dir));) {
+    size_t nl = strlen(de->d_name);
+    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
+    char path[300];
+    size_t in_len, blob_len, v2_len;
+    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
+    uint8_t *in = test_read_data(path, &in_len);
+    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
+    uint8_t *blob = test_read_data(path, &blob_len);
+    snprintf(path, sizeof path, "golden/%s", de->d_name);
+    uint8_t *v2 = test_read_data(path, &v2_len);
+    cr_assert_eq(blob[4], 1, "%s: a version 1 blob", de->d_name);
+    cr_assert_eq(v2[4], 2, "%s: a version 2 blob", de->d_name);
+    const unsigned coded = coded_chunks(blob, blob_len);
+    cr_assert_eq(v2_len, blob_len + 32 * coded, "%s: version 2 adds 32 bytes per coded chunk", de->d_name);
+    size_t as_v1_len;
+    uint8_t *as_v1 = test_blob_as_version_1(v2, v2_len, &as_v1_len);
+    cr_assert_eq(as_v1_len, blob_len, "%s", de->d_name);
+    cr_assert_arr_eq(as_v1, blob, blob_len, "%s: version 2's sections differ from version 1's", de->d_name);
+    free(as_v1);
+    uint8_t *out = malloc(in_len + 1);
+    cr_assert_eq(lct_decode(blob, blob_len, out, in_len), 0, "%s", de->d_name);
+    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: decoded bytes differ", de->d_name);
+    cr_assert_eq(lct_validate(blob, blob_len, NULL, NULL), 0);
+    free(out);
+    free(in);
+    free(blob);
+    free(v2);
+    checked++;
+  }
+  closedir(dir);
+  cr_assert_geq(checked, 6);
+}
+
+/* The corruption tests above, on a chunk with empty lanes (1000 elements)
+ * in both versions: every truncation and every single bit flip is rejected,
+ * a nonzero length of an empty lane included. */
+Test(codec, partial_chunk_corruption_rejected_in_both_versions) {
+  const char *paths[] = {"golden/adam_v_1000.bf16.lct", "golden/v1/adam_v_1000.bf16.lct"};
+  size_t raw_len;
+  uint8_t *raw = test_read_data("golden/adam_v_1000.bf16.in", &raw_len), *out = malloc(raw_len);
+  for (size_t p = 0; p < 2; p++) {
+    size_t len;
+    uint8_t *blob = test_read_data(paths[p], &len);
+    cr_assert_eq(coded_chunks(blob, len), 1);
+    cr_assert_eq(lct_decode(blob, len, out, raw_len), 0);
+    cr_assert_arr_eq(out, raw, raw_len);
+    for (size_t cut = 0; cut < len; cut++) {
+      uint8_t *copy = malloc(cut ? cut : 1);
+      memcpy(copy, blob, cut);
+      int rc = lct_decode(copy, cut, out, raw_len);
+      cr_assert(rc == LCT_ECORRUPT || rc == LCT_ECHECKSUM, "%s: truncation to %zu bytes: %d", paths[p], cut, rc);
+      free(copy);
+    }
+    uint8_t *copy = malloc(len);
+    for (size_t bit = 0; bit < 8 * len; bit++) {
+      memcpy(copy, blob, len);
+      copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+      int rc = lct_decode(copy, len, out, raw_len);
+      cr_assert(rc == LCT_ECORRUPT || rc == LCT_ECHECKSUM || rc == LCT_EVERSION, "%s: flip of bit %zu: %d",
+                paths[p], bit, rc);
+    }
+    free(copy);
+    free(blob);
+  }
+  free(raw);
+  free(out);
 }
 
 /* lct_validate decodes every chunk without keeping it: the raw bytes reach

@@ -21,7 +21,9 @@
     cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                 \
   } while (0)
 
-static const uint64_t kSizes[] = {0, 1, 511, 513, LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS, LCT_CHUNK_ELEMS + 1};
+/* Lanes, chunk halves (a version 2 chunk's two parts) and chunks, partial and whole. */
+static const uint64_t kSizes[] = {0,   1,   255, 257, 511, 513, LCT_CHUNK_ELEMS / 2 - 1, LCT_CHUNK_ELEMS / 2 + 1,
+                                  LCT_CHUNK_ELEMS - 1, LCT_CHUNK_ELEMS, LCT_CHUNK_ELEMS + 1};
 
 /* Test tensors. kind 0: random bits; 1: trained-like (few exponents near the
  * top of the range, random mantissas); 2: special values (NaN payloads, Inf,
@@ -206,6 +208,16 @@ static lct_encode_stats check_same(int dtype, const lct_codebook *cb, const void
                (unsigned long long)n, status, lct_strerror(status));
   cr_assert(n == 0 || memcmp(out, src, n * w) == 0, "%s %s n=%llu: GPU round trip differs", what,
             lct_dtype_name(dtype), (unsigned long long)n);
+  /* The same tensor as format version 1 wrote it decodes too. */
+  size_t v1_len;
+  uint8_t *v1 = test_blob_as_version_1(cpu, st.blob_bytes, &v1_len);
+  memset(out, 0, n * w);
+  status = gpu_decode(dtype, n, v1, v1_len, out, shift);
+  cr_assert_eq(status, 0, "%s %s n=%llu: GPU decode of version 1 status %d (%s)", what, lct_dtype_name(dtype),
+               (unsigned long long)n, status, lct_strerror(status));
+  cr_assert(n == 0 || memcmp(out, src, n * w) == 0, "%s %s n=%llu: GPU decode of version 1 differs", what,
+            lct_dtype_name(dtype), (unsigned long long)n);
+  free(v1);
   free(out);
   free(gpu);
   free(cpu);
@@ -285,6 +297,16 @@ Test(cuda_codec, stale_codebook) {
   }
   free(a);
   free(b);
+}
+
+/* Lanes of 4096 code bits or more: the GPU encoder stores their chunks raw too. */
+Test(cuda_codec, lanes_past_their_length_field_go_raw) {
+  REQUIRE_GPU();
+  const uint64_t n = 2 * LCT_CHUNK_ELEMS + 300;
+  lct_codebook cb;
+  uint32_t *x = test_escape_only_f32(n, &cb);
+  cr_assert_eq(check_same(LCT_DTYPE_F32, &cb, x, n, 0, "escapes only").raw_chunks, 3);
+  free(x);
 }
 
 /* Code bits count for chunks whose codes did not pay (random bits: stored
@@ -377,6 +399,39 @@ Test(cuda_codec, golden_blobs) {
   }
   closedir(dir);
   cr_assert_geq(checked, 1);
+}
+
+/* Version 1 golden blobs (tests/data/golden/v1/) decode on the GPU to the
+ * inputs they were written from. */
+Test(cuda_codec, golden_version_1_blobs_decode) {
+  REQUIRE_GPU();
+  char dirname[1024];
+  snprintf(dirname, sizeof dirname, "%s/golden/v1", test_data_dir());
+  DIR *dir = opendir(dirname);
+  cr_assert(dir, "cannot open %s", dirname);
+  int checked = 0;
+  for (struct dirent *de; (de = readdir(dir));) {
+    size_t nl = strlen(de->d_name);
+    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
+    const int dtype = test_dtype_from_name(de->d_name);
+    char path[300];
+    size_t in_len, blob_len;
+    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
+    uint8_t *in = test_read_data(path, &in_len);
+    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
+    uint8_t *blob = test_read_data(path, &blob_len);
+    cr_assert_eq(blob[4], 1);
+    const uint64_t n = in_len / lct_dtype_size(dtype);
+    uint8_t *out = malloc(in_len + 1);
+    cr_assert_eq(gpu_decode(dtype, n, blob, blob_len, out, 0), 0, "%s: GPU decode", de->d_name);
+    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: GPU decode differs", de->d_name);
+    free(out);
+    free(blob);
+    free(in);
+    checked++;
+  }
+  closedir(dir);
+  cr_assert_geq(checked, 6);
 }
 
 Test(cuda_codec, histogram_matches_cpu) {

@@ -558,7 +558,7 @@ static void corrupt_snapshot(const char *path, const char *fault) {
   memcpy(&first, d + blob + 40, 8); /* the chunk table follows the 40-byte header (raw: no codebook) */
   size_t chunk = blob + (size_t)first;
   if (strcmp(fault, "bad-version") == 0)
-    d[blob + 4] = 2;       /* the format version byte */
+    d[blob + 4] = 3;       /* a format version no decoder knows */
   else if (strcmp(fault, "bad-check") == 0)
     d[chunk + 4] ^= 0x01;  /* a raw chunk's check */
   else

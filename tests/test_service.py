@@ -561,7 +561,7 @@ class ServiceTest(unittest.TestCase):
             blob = 112 + key_len + 24 * n_seg  # the first segment's blob (deploy/README.md, Persistence)
             chunk = blob + int.from_bytes(data[blob + 40:blob + 48], "little")  # chunk table after the header
             if fault == "bad-version":
-                data[blob + 4] = 2  # format version byte (proto/FORMAT.md: LCT_EVERSION from the decoder)
+                data[blob + 4] = 3  # a format version no decoder knows (proto/FORMAT.md: LCT_EVERSION)
             elif fault == "bad-check":
                 data[chunk + 4] ^= 0x01  # the raw chunk's check (LCT_ECHECKSUM)
             else:

@@ -56,6 +56,77 @@ static inline uint8_t *test_read_data(const char *name, size_t *len) {
   return buf;
 }
 
+/* The format version 1 blob of a version 2 blob (malloc'd, *out_len bytes):
+ * the two versions code a chunk's elements into the same mantissa and code
+ * sections, version 1 lane t's stream being version 2 lanes 2t and 2t + 1
+ * end to end, so only each coded chunk's header (its lane lengths) and what
+ * depends on chunk places change (proto/FORMAT.md, "Version 1"). */
+static inline uint8_t *test_blob_as_version_1(const uint8_t *blob, size_t len, size_t *out_len) {
+  uint32_t n_chunks, cb_bytes;
+  memcpy(&n_chunks, blob + 16, 4);
+  memcpy(&cb_bytes, blob + 20, 4);
+  const size_t table = LCT_HEADER_BYTES + ((cb_bytes + 7) & ~(size_t)7);
+  uint8_t *v1 = malloc(len);
+  memcpy(v1, blob, table + 8 * (size_t)n_chunks);
+  v1[4] = 1;
+  const uint32_t hcheck = lct_check(v1, 24, 0) + lct_check(v1 + LCT_HEADER_BYTES, cb_bytes, 6);
+  memcpy(v1 + 24, &hcheck, 4);
+  uint64_t pos = table + 8 * (uint64_t)n_chunks;
+  for (uint32_t c = 0; c < n_chunks; c++) {
+    uint64_t at, end = len;
+    memcpy(&at, blob + table + 8 * (size_t)c, 8);
+    if (c + 1 < n_chunks) memcpy(&end, blob + table + 8 * (size_t)(c + 1), 8);
+    memcpy(v1 + table + 8 * (size_t)c, &pos, 8);
+    if (blob[at] == 1) { /* coded: u16 lane lengths, each the sum of two 13-bit fields */
+      memcpy(v1 + pos, blob + at, 8);
+      uint64_t fields = 0;
+      unsigned have = 0;
+      const uint8_t *f = blob + at + 8;
+      for (unsigned lane = 0; lane < LCT_LANES; lane++) {
+        while (have < LCT_LANE_FIELD_BITS) {
+          fields |= (uint64_t)*f++ << have;
+          have += 8;
+        }
+        const uint16_t bits = (uint16_t)(fields & ((1u << LCT_LANE_FIELD_BITS) - 1));
+        fields >>= LCT_LANE_FIELD_BITS;
+        have -= LCT_LANE_FIELD_BITS;
+        uint16_t sum;
+        memcpy(&sum, v1 + pos + 8 + 2 * (lane / 2), 2);
+        sum = lane % 2 ? sum + bits : bits;
+        memcpy(v1 + pos + 8 + 2 * (lane / 2), &sum, 2);
+      }
+      memcpy(v1 + pos + LCT_V1_CODED_CHUNK_HEADER, blob + at + LCT_CODED_CHUNK_HEADER,
+             end - at - LCT_CODED_CHUNK_HEADER);
+      pos += end - at - (LCT_CODED_CHUNK_HEADER - LCT_V1_CODED_CHUNK_HEADER);
+    } else {
+      memcpy(v1 + pos, blob + at, end - at);
+      pos += end - at;
+    }
+  }
+  memcpy(v1 + 32, &pos, 8);
+  *out_len = pos;
+  return v1;
+}
+
+/* f32 data that a codebook of symbols 0..999 codes with ESC alone (symbols
+ * 1000..1023), with 16 trimmed mantissa bits: 28 bits per element, less than
+ * raw, but lanes of 256 take 4096 code bits or more, past what a lane_bits
+ * field holds (proto/FORMAT.md), so every chunk is stored raw. The codebook
+ * goes to *cb; the data is malloc'd. */
+static inline uint32_t *test_escape_only_f32(uint64_t n, lct_codebook *cb) {
+  uint64_t hist[LCT_MAX_SYMS] = {0};
+  for (int s = 0; s < 1000; s++) hist[s] = 1000;
+  cr_assert_eq(lct_codebook_build(LCT_DTYPE_F32, hist, cb), 0);
+  cr_assert_geq(cb->len[cb->n_syms - 1] + 10, 16, "ESC and its symbol take 16 bits or more");
+  test_rng rng = {1234};
+  uint32_t *x = malloc(n * 4 + 1);
+  for (uint64_t i = 0; i < n; i++) {
+    const uint64_t r = test_rand(&rng);
+    x[i] = (uint32_t)(1000 + r % 24) << 22 | ((uint32_t)(r >> 32) & 0x3f0000u);
+  }
+  return x;
+}
+
 /* dtype from a ".bf16." style infix; -1 if none. */
 static inline int test_dtype_from_name(const char *name) {
   for (int d = 0; d < LCT_DTYPE_COUNT; d++) {

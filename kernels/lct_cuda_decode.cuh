@@ -344,7 +344,7 @@ struct lct__pair_talk {
   uint32_t version;                       /* the blob's version byte, as read before the header kernel's verdict */
   uint32_t bad;                           /* the reader's verdict: its part of the chunk fails a check */
   uint32_t chk;                           /* a raw chunk: the check of the reader's words */
-  uint32_t mant_pad;                      /* the assembler's: nonzero mantissa padding */
+  uint32_t tail_word[2], tail_mask[2];    /* the mantissa and code sections' last words, their padding bits */
 };
 
 /* Where the two parts of a version 2 chunk, decoded by two pairs of one
@@ -817,6 +817,18 @@ __device__ static inline uint32_t lct__round_elems(uint32_t nt, uint32_t rd) {
   return nt > 32 * rd ? min(nt - 32 * rd, 32u) : 0;
 }
 
+/* Section s's last word (of `words`, from `first`) and the mask of its
+ * padding bits after `bits` bits, into talk by an asynchronous copy (with the
+ * caller's first group), where the pair checks the chunk's padding: the
+ * check after the rounds reads them there, so that no register of the
+ * rounds holds them and nothing waits for the load before the rounds. */
+__device__ static inline void lct__tail_fetch(lct__pair_talk &talk, unsigned s, const uint32_t *first, uint32_t words,
+                                              uint32_t bits, bool checks) {
+  const uint32_t t = bits & 31, mask = checks && t ? ~0u << t : 0;
+  talk.tail_mask[s] = mask;
+  lct__cp_async4(&talk.tail_word[s], mask ? first + words - 1 : first, mask != 0);
+}
+
 /* The reader warp of a coded chunk: lane t follows lane t's code stream and
  * hands each round's symbols over in sm.syms, then its verdict (an invalid
  * code, a stream not consuming exactly lane_bits, nonzero code padding) in
@@ -836,6 +848,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   const lct__section_words section{o.cbase, o.cend};
   const uint32_t w0 = o.bit0 >> 5;
   lct__code_topup<DT>(sm.code[lane], o, o.bit0 >> 7, w0);
+  if (lane == 0) lct__tail_fetch(talk, 1, cv.code, cv.hwords, cv.total, cv.tail_checks);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
@@ -848,8 +861,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   r.pos = o.bit0 & 31;
   r.win = __funnelshift_l(r.hi, r.lo, r.pos);
   r.used = 0;
-  /* Zero padding after the code section's last bit, checked up front: nothing of it stays live in the rounds. */
-  r.bad = lane == 0 && cv.tail_checks && (cv.total & 31) ? __ldg(cv.code + cv.hwords - 1) >> (cv.total & 31) : 0;
+  r.bad = 0;
   /* Granules before gdone have landed in the ring: the first fill, then what
    * the assembler fetched for the position handed over a round before the
    * latest (wa_prev). */
@@ -908,8 +920,9 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
     wa_prev = r.wa;
     lct__pair_sync(bar); /* hand the round over */
   }
-  /* The lane consumed exactly lane_bits; no invalid code; zero padding (r.bad). */
+  /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
   uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - o.bit0 != cv.lb;
+  if (lane == 0) bad |= talk.tail_word[1] & talk.tail_mask[1];
   if constexpr (LE == LCT_V1_LANE_ELEMS) bad |= sm.mid[0][lane] != ~0u && sm.mid[1][lane] != sm.mid[0][lane];
   bad = __any_sync(LCT__FULL, bad);
   if (lane == 0) talk.bad = bad;
@@ -933,11 +946,8 @@ __device__ static lct__verdict lct__assemble(lct__dec_pair_smem<DT> &sm, const l
   constexpr uint32_t le = LE;
   const uint32_t lw = le / 32 * k; /* mantissa words per lane */
   uint32_t gfill = lct__ring_limit<DT>(o.bit0 >> 5); /* the granule after the reader's first fill */
-  /* Zero padding after the mantissa section's last bit, checked up front and
-   * kept in shared memory: no register of the rounds holds it. */
-  const uint32_t tail = (v.cn * k) & 31;
-  if (lane == 0) talk.mant_pad = cv.tail_checks && tail ? __ldg(cv.mant + cv.mwords - 1) >> tail : 0;
   lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, lw, 0, walk);
+  if (lane == 0) lct__tail_fetch(talk, 0, cv.mant, cv.mwords, v.cn * k, cv.tail_checks);
   lct__cp_commit();
   lct__cp_wait<0>();
   __syncwarp();
@@ -1033,7 +1043,7 @@ __device__ static lct__verdict lct__assemble(lct__dec_pair_smem<DT> &sm, const l
   }
   chk = lct__warp_sum(chk);
   lct__pair_sync(bar); /* the reader's verdict */
-  return {chk, talk.mant_pad || talk.bad};
+  return {chk, (talk.tail_word[0] & talk.tail_mask[0]) || talk.bad};
 }
 
 /* A warp's role in a pair's part of a coded chunk of lanes of LE elements. */
@@ -1134,9 +1144,13 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
    * after. */
   if (assembler && u < units) {
     lct__version_read(T, lane, talk);
-    __syncwarp();
-    const lct__part pt = lct__part_of(talk.version, u, n_chunks, split);
-    if (pt.active) lct__chunk_read<DT>(T, pt.c, n_chunks, lane, talk);
+    if (SPLIT) { /* which chunk is the unit's depends on the version */
+      __syncwarp();
+      const lct__part pt = lct__part_of(talk.version, u, n_chunks, split);
+      if (pt.active) lct__chunk_read<DT>(T, pt.c, n_chunks, lane, talk);
+    } else {
+      lct__chunk_read<DT>(T, u, n_chunks, lane, talk);
+    }
   }
   if (threadIdx.x < pairs / 2) s_join[threadIdx.x] = {0, 0, 0};
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

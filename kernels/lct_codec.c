@@ -404,14 +404,13 @@ static chunk_form chunk_form_of(unsigned version) {
                       : (chunk_form){2, LCT_LANES, LCT_LANE_ELEMS, LCT_CODED_CHUNK_HEADER};
 }
 
-/* Lane t's lane_bits field of a coded chunk ch (version 2: 13 bits at bit 13 t
- * of bytes 8..111, in at most three bytes that lie inside them). */
+/* Lane t's lane_bits field of a coded chunk ch (version 2: 12 bits at bit 12 t
+ * of bytes 8..103, so in the two bytes from byte 8 + 12 t / 8, at bit 0 or 4). */
 static inline uint32_t lane_field(const uint8_t *ch, const chunk_form *f, unsigned t) {
+  _Static_assert(LCT_LANE_FIELD_BITS == 12, "a field within two bytes");
   if (f->version == 1) return get16(ch + 8 + 2 * t);
-  const unsigned b = LCT_LANE_FIELD_BITS * t, at = 8 + b / 8;
-  uint32_t v = ch[at] | (uint32_t)ch[at + 1] << 8;
-  if (b % 8 + LCT_LANE_FIELD_BITS > 16) v |= (uint32_t)ch[at + 2] << 16;
-  return (v >> (b % 8)) & ((1u << LCT_LANE_FIELD_BITS) - 1);
+  const unsigned b = LCT_LANE_FIELD_BITS * t;
+  return (get16(ch + 8 + b / 8) >> (b % 8)) & ((1u << LCT_LANE_FIELD_BITS) - 1);
 }
 
 typedef struct {

@@ -66,21 +66,28 @@ struct decode_launch {
    * few SMs with full ones; a fuller launch decodes chunks whole, as more
    * units would only queue behind each other. */
   template <int DT> int pick_shape() {
+    constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
     uint64_t chunks = 0;
     for (size_t i = 0; i < count; i++)
       if (items[i].dtype == dtype) chunks += lct_chunk_count(items[i].n_elems);
-    int dev, sms, blocks;
+    split = false;
+    pairs = PAIRS;
+    if (!chunks) return 0;
+    int dev, sms;
     LCT__CUDA_TRY(cudaGetDevice(&dev));
     LCT__CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
-    /* The split kernel's blocks per SM, with the registers it takes. */
-    int rc = chunk_attrs<DT, LCT__BATCH, true>(dev);
-    if (rc) return rc;
-    LCT__CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, lct__decode_chunk_kernel<DT, LCT__BATCH, true>,
-                                                                PAIRS * 64, lct__dec_smem_bytes<DT>()));
+    /* The split kernel's blocks per SM, with the registers it takes: asked once per device. */
+    static std::atomic<int> split_blocks[64];
+    int blocks = dev < 64 ? split_blocks[dev].load(std::memory_order_relaxed) : 0;
+    if (!blocks) {
+      int rc = chunk_attrs<DT, LCT__BATCH, true>(dev);
+      if (rc) return rc;
+      LCT__CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, lct__decode_chunk_kernel<DT, LCT__BATCH, true>, PAIRS * 64, lct__dec_smem_bytes<DT>()));
+      if (dev < 64) split_blocks[dev].store(blocks, std::memory_order_relaxed);
+    }
     split = 2 * chunks <= (uint64_t)sms * blocks * PAIRS;
     const uint64_t units = (split ? 2 : 1) * chunks;
-    pairs = PAIRS;
     while (pairs > (split ? 2u : 1u) && units < (uint64_t)pairs * sms) pairs /= 2;
     return 0;
   }

@@ -350,51 +350,6 @@ Test(codec, check_known_answer) {
   cr_assert_eq(lct_check(bytes, 4, 10), (uint32_t)(0x9E3779B1u * 21u));
 }
 
-/* Golden vectors (tests/data/golden/README.md): NAME.DTYPE.in is a raw tensor,
- * NAME.DTYPE.lct its blob, coded with the codebook the blob carries. Encoding
- * the input with that codebook must give the blob byte for byte, and back. */
-Test(codec, golden_blobs) {
-  char golden[1100];
-  snprintf(golden, sizeof golden, "%s/golden", test_data_dir());
-  DIR *dir = opendir(golden);
-  cr_assert(dir, "tests/data/golden is missing");
-  int checked = 0;
-  for (struct dirent *de; (de = readdir(dir));) {
-    size_t nl = strlen(de->d_name);
-    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
-    char base[256], path[300];
-    snprintf(base, sizeof base, "golden/%.*s", (int)(nl - 4), de->d_name);
-    int dtype = test_dtype_from_name(de->d_name);
-    cr_assert_geq(dtype, 0);
-    size_t in_len, blob_len;
-    snprintf(path, sizeof path, "%s.in", base);
-    uint8_t *in = test_read_data(path, &in_len);
-    snprintf(path, sizeof path, "%s.lct", base);
-    uint8_t *blob = test_read_data(path, &blob_len);
-    lct_codebook cb;
-    if (dtype != LCT_DTYPE_RAW) {
-      cr_assert_gt(blob_len, LCT_HEADER_BYTES + lct_codebook_bytes(dtype));
-      cr_assert_eq(lct_codebook_parse(dtype, blob + LCT_HEADER_BYTES, lct_codebook_bytes(dtype), &cb), 0);
-    }
-    uint64_t n = in_len / lct_dtype_size(dtype);
-    size_t cap = lct_encode_bound(dtype, n);
-    uint8_t *mine = malloc(cap), *out = malloc(in_len + 1);
-    lct_encode_stats st;
-    cr_assert_eq(lct_encode(dtype, &cb, in, n, mine, cap, &st), 0);
-    cr_assert_eq(st.blob_bytes, blob_len, "%s: size differs", de->d_name);
-    cr_assert_arr_eq(mine, blob, blob_len, "%s: bytes differ", de->d_name);
-    cr_assert_eq(lct_decode(blob, blob_len, out, in_len), 0);
-    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0);
-    free(mine);
-    free(out);
-    free(in);
-    free(blob);
-    checked++;
-  }
-  closedir(dir);
-  cr_assert_geq(checked, 6);
-}
-
 /* Coded chunks of a blob (mode byte 1), read through its chunk table. */
 static unsigned coded_chunks(const uint8_t *blob, size_t len) {
   lct_blob_info info;
@@ -409,49 +364,54 @@ static unsigned coded_chunks(const uint8_t *blob, size_t len) {
   return coded;
 }
 
+/* Golden vectors (tests/data/golden/README.md): NAME.DTYPE.in is a raw tensor,
+ * NAME.DTYPE.lct its blob, coded with the codebook the blob carries. Encoding
+ * the input with that codebook must give the blob byte for byte, and back. */
+static void golden_encodes_to_its_blob(const test_golden *g, void *arg) {
+  (void)arg;
+  lct_codebook cb;
+  if (g->dtype != LCT_DTYPE_RAW) {
+    cr_assert_gt(g->blob_len, LCT_HEADER_BYTES + lct_codebook_bytes(g->dtype));
+    cr_assert_eq(lct_codebook_parse(g->dtype, g->blob + LCT_HEADER_BYTES, lct_codebook_bytes(g->dtype), &cb), 0);
+  }
+  const uint64_t n = g->in_len / lct_dtype_size(g->dtype);
+  const size_t cap = lct_encode_bound(g->dtype, n);
+  uint8_t *mine = malloc(cap), *out = malloc(g->in_len + 1);
+  lct_encode_stats st;
+  cr_assert_eq(lct_encode(g->dtype, &cb, g->in, n, mine, cap, &st), 0);
+  cr_assert_eq(st.blob_bytes, g->blob_len, "%s: size differs", g->name);
+  cr_assert_arr_eq(mine, g->blob, g->blob_len, "%s: bytes differ", g->name);
+  cr_assert_eq(lct_decode(g->blob, g->blob_len, out, g->in_len), 0);
+  cr_assert(g->in_len == 0 || memcmp(out, g->in, g->in_len) == 0);
+  free(mine);
+  free(out);
+}
+
+Test(codec, golden_blobs) { cr_assert_geq(test_each_golden(golden_encodes_to_its_blob, NULL), 6); }
+
 /* Version 1 golden blobs (tests/data/golden/v1/) decode to the inputs they
  * were written from, and the version 2 blob of each input carries the same
  * sections: with its lane lengths summed in pairs into version 1's header it
  * is the version 1 blob byte for byte (proto/FORMAT.md, "Version 1"). */
-Test(codec, golden_version_1_blobs_decode) {
-  char dirpath[1100];
-  snprintf(dirpath, sizeof dirpath, "%s/golden/v1", test_data_dir());
-  DIR *dir = opendir(dirpath);
-  cr_assert(dir, "tests/data/golden/v1 is missing");
-  int checked = 0;
-  for (struct dirent *de; (de = readdir(dir));) {
-    size_t nl = strlen(de->d_name);
-    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
-    char path[300];
-    size_t in_len, blob_len, v2_len;
-    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
-    uint8_t *in = test_read_data(path, &in_len);
-    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
-    uint8_t *blob = test_read_data(path, &blob_len);
-    snprintf(path, sizeof path, "golden/%s", de->d_name);
-    uint8_t *v2 = test_read_data(path, &v2_len);
-    cr_assert_eq(blob[4], 1, "%s: a version 1 blob", de->d_name);
-    cr_assert_eq(v2[4], 2, "%s: a version 2 blob", de->d_name);
-    const unsigned coded = coded_chunks(blob, blob_len);
-    cr_assert_eq(v2_len, blob_len + 32 * coded, "%s: version 2 adds 32 bytes per coded chunk", de->d_name);
-    size_t as_v1_len;
-    uint8_t *as_v1 = test_blob_as_version_1(v2, v2_len, &as_v1_len);
-    cr_assert_eq(as_v1_len, blob_len, "%s", de->d_name);
-    cr_assert_arr_eq(as_v1, blob, blob_len, "%s: version 2's sections differ from version 1's", de->d_name);
-    free(as_v1);
-    uint8_t *out = malloc(in_len + 1);
-    cr_assert_eq(lct_decode(blob, blob_len, out, in_len), 0, "%s", de->d_name);
-    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: decoded bytes differ", de->d_name);
-    cr_assert_eq(lct_validate(blob, blob_len, NULL, NULL), 0);
-    free(out);
-    free(in);
-    free(blob);
-    free(v2);
-    checked++;
-  }
-  closedir(dir);
-  cr_assert_geq(checked, 6);
+static void golden_version_1_decodes(const test_golden *g, void *arg) {
+  (void)arg;
+  cr_assert_eq(g->v1[4], 1, "%s: a version 1 blob", g->name);
+  cr_assert_eq(g->blob[4], 2, "%s: a version 2 blob", g->name);
+  const unsigned coded = coded_chunks(g->v1, g->v1_len);
+  cr_assert_eq(g->blob_len, g->v1_len + 32 * coded, "%s: version 2 adds 32 bytes per coded chunk", g->name);
+  size_t as_v1_len;
+  uint8_t *as_v1 = test_blob_as_version_1(g->blob, g->blob_len, &as_v1_len);
+  cr_assert_eq(as_v1_len, g->v1_len, "%s", g->name);
+  cr_assert_arr_eq(as_v1, g->v1, g->v1_len, "%s: version 2's sections differ from version 1's", g->name);
+  free(as_v1);
+  uint8_t *out = malloc(g->in_len + 1);
+  cr_assert_eq(lct_decode(g->v1, g->v1_len, out, g->in_len), 0, "%s", g->name);
+  cr_assert(g->in_len == 0 || memcmp(out, g->in, g->in_len) == 0, "%s: decoded bytes differ", g->name);
+  cr_assert_eq(lct_validate(g->v1, g->v1_len, NULL, NULL), 0);
+  free(out);
 }
+
+Test(codec, golden_version_1_blobs_decode) { cr_assert_geq(test_each_golden(golden_version_1_decodes, NULL), 6); }
 
 /* The corruption tests above, on a chunk with empty lanes (1000 elements)
  * in both versions: every truncation and every single bit flip is rejected,

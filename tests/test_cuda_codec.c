@@ -361,77 +361,44 @@ Test(cuda_codec, shared_tensor_slices) {
 }
 
 /* tests/data/golden: the blob each NAME.DTYPE.in encodes to with the codebook it carries. */
+static void gpu_golden_encodes_to_its_blob(const test_golden *g, void *arg) {
+  (void)arg;
+  lct_codebook cb;
+  if (g->dtype != LCT_DTYPE_RAW)
+    cr_assert_eq(lct_codebook_parse(g->dtype, g->blob + LCT_HEADER_BYTES, lct_codebook_bytes(g->dtype), &cb), 0);
+  const uint64_t n = g->in_len / lct_dtype_size(g->dtype);
+  uint64_t gsize;
+  uint8_t *gpu = gpu_encode(g->dtype, &cb, g->in, n, 0, &gsize, NULL);
+  cr_assert_eq(gsize, g->blob_len, "%s: GPU blob %llu bytes, golden %zu", g->name, (unsigned long long)gsize,
+               g->blob_len);
+  cr_assert_arr_eq(gpu, g->blob, g->blob_len, "%s: GPU blob differs from the golden one", g->name);
+  uint8_t *out = malloc(g->in_len + 1);
+  cr_assert_eq(gpu_decode(g->dtype, n, g->blob, g->blob_len, out, 0), 0, "%s: GPU decode", g->name);
+  cr_assert(g->in_len == 0 || memcmp(out, g->in, g->in_len) == 0, "%s: GPU decode differs", g->name);
+  free(out);
+  free(gpu);
+}
+
 Test(cuda_codec, golden_blobs) {
   REQUIRE_GPU();
-  char dirname[1024];
-  snprintf(dirname, sizeof dirname, "%s/golden", test_data_dir());
-  DIR *dir = opendir(dirname);
-  cr_assert(dir, "cannot open %s", dirname);
-  int checked = 0;
-  for (struct dirent *de; (de = readdir(dir));) {
-    size_t nl = strlen(de->d_name);
-    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
-    const int dtype = test_dtype_from_name(de->d_name);
-    cr_assert_geq(dtype, 0);
-    char path[300];
-    size_t in_len, blob_len;
-    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
-    uint8_t *in = test_read_data(path, &in_len);
-    snprintf(path, sizeof path, "golden/%s", de->d_name);
-    uint8_t *blob = test_read_data(path, &blob_len);
-    lct_codebook cb;
-    if (dtype != LCT_DTYPE_RAW)
-      cr_assert_eq(lct_codebook_parse(dtype, blob + LCT_HEADER_BYTES, lct_codebook_bytes(dtype), &cb), 0);
-    const uint64_t n = in_len / lct_dtype_size(dtype);
-    uint64_t gsize;
-    uint8_t *gpu = gpu_encode(dtype, &cb, in, n, 0, &gsize, NULL);
-    cr_assert_eq(gsize, blob_len, "%s: GPU blob %llu bytes, golden %zu", de->d_name, (unsigned long long)gsize,
-                 blob_len);
-    cr_assert_arr_eq(gpu, blob, blob_len, "%s: GPU blob differs from the golden one", de->d_name);
-    uint8_t *out = malloc(in_len + 1);
-    cr_assert_eq(gpu_decode(dtype, n, blob, blob_len, out, 0), 0, "%s: GPU decode", de->d_name);
-    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: GPU decode differs", de->d_name);
-    free(out);
-    free(gpu);
-    free(blob);
-    free(in);
-    checked++;
-  }
-  closedir(dir);
-  cr_assert_geq(checked, 1);
+  cr_assert_geq(test_each_golden(gpu_golden_encodes_to_its_blob, NULL), 6);
 }
 
 /* Version 1 golden blobs (tests/data/golden/v1/) decode on the GPU to the
  * inputs they were written from. */
+static void gpu_golden_version_1_decodes(const test_golden *g, void *arg) {
+  (void)arg;
+  cr_assert_eq(g->v1[4], 1);
+  uint8_t *out = malloc(g->in_len + 1);
+  cr_assert_eq(gpu_decode(g->dtype, g->in_len / lct_dtype_size(g->dtype), g->v1, g->v1_len, out, 0), 0,
+               "%s: GPU decode", g->name);
+  cr_assert(g->in_len == 0 || memcmp(out, g->in, g->in_len) == 0, "%s: GPU decode differs", g->name);
+  free(out);
+}
+
 Test(cuda_codec, golden_version_1_blobs_decode) {
   REQUIRE_GPU();
-  char dirname[1024];
-  snprintf(dirname, sizeof dirname, "%s/golden/v1", test_data_dir());
-  DIR *dir = opendir(dirname);
-  cr_assert(dir, "cannot open %s", dirname);
-  int checked = 0;
-  for (struct dirent *de; (de = readdir(dir));) {
-    size_t nl = strlen(de->d_name);
-    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
-    const int dtype = test_dtype_from_name(de->d_name);
-    char path[300];
-    size_t in_len, blob_len;
-    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
-    uint8_t *in = test_read_data(path, &in_len);
-    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
-    uint8_t *blob = test_read_data(path, &blob_len);
-    cr_assert_eq(blob[4], 1);
-    const uint64_t n = in_len / lct_dtype_size(dtype);
-    uint8_t *out = malloc(in_len + 1);
-    cr_assert_eq(gpu_decode(dtype, n, blob, blob_len, out, 0), 0, "%s: GPU decode", de->d_name);
-    cr_assert(in_len == 0 || memcmp(out, in, in_len) == 0, "%s: GPU decode differs", de->d_name);
-    free(out);
-    free(blob);
-    free(in);
-    checked++;
-  }
-  closedir(dir);
-  cr_assert_geq(checked, 6);
+  cr_assert_geq(test_each_golden(gpu_golden_version_1_decodes, NULL), 6);
 }
 
 Test(cuda_codec, histogram_matches_cpu) {

@@ -3,6 +3,7 @@
 #define LCT_TEST_UTIL_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,44 @@ static inline int test_dtype_from_name(const char *name) {
     if (strstr(name, infix)) return d;
   }
   return -1;
+}
+
+/* A golden vector (tests/data/golden/README.md): NAME.DTYPE.in, its blob
+ * NAME.DTYPE.lct (format version 2) and v1/NAME.DTYPE.lct (version 1). */
+typedef struct {
+  const char *name; /* NAME.DTYPE.lct */
+  int dtype;
+  uint8_t *in, *blob, *v1;
+  size_t in_len, blob_len, v1_len;
+} test_golden;
+
+/* Calls fn on every golden vector; returns how many there were. */
+static inline int test_each_golden(void (*fn)(const test_golden *g, void *arg), void *arg) {
+  char dirpath[1100];
+  snprintf(dirpath, sizeof dirpath, "%s/golden", test_data_dir());
+  DIR *dir = opendir(dirpath);
+  cr_assert(dir, "cannot open %s", dirpath);
+  int count = 0;
+  for (struct dirent *de; (de = readdir(dir));) {
+    const size_t nl = strlen(de->d_name);
+    if (nl < 4 || strcmp(de->d_name + nl - 4, ".lct") != 0) continue;
+    char path[300];
+    test_golden g = {.name = de->d_name, .dtype = test_dtype_from_name(de->d_name)};
+    cr_assert_geq(g.dtype, 0, "%s: no dtype in the name", de->d_name);
+    snprintf(path, sizeof path, "golden/%.*s.in", (int)(nl - 4), de->d_name);
+    g.in = test_read_data(path, &g.in_len);
+    snprintf(path, sizeof path, "golden/%s", de->d_name);
+    g.blob = test_read_data(path, &g.blob_len);
+    snprintf(path, sizeof path, "golden/v1/%s", de->d_name);
+    g.v1 = test_read_data(path, &g.v1_len);
+    fn(&g, arg);
+    free(g.in);
+    free(g.blob);
+    free(g.v1);
+    count++;
+  }
+  closedir(dir);
+  return count;
 }
 
 /* Writes len bytes to /tmp/lct-test-TAG-PID (one per process and tag) and

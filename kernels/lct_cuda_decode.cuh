@@ -1,4 +1,4 @@
-/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (a pair of warps per chunk). */
+/* lct_cuda_decode.cuh — device code: blob header/codebook validation and the chunk decoder (a pair of warps per chunk or half chunk). */
 #ifndef LCT_CUDA_DECODE_CUH
 #define LCT_CUDA_DECODE_CUH
 
@@ -281,13 +281,14 @@ template <unsigned W> __device__ static inline void lct__store_elem(uint8_t *out
   }
 }
 
-/* Per-dtype shape of the chunk decoder. A chunk is decoded by a pair of
- * warps: the code reader, whose lane t follows lane t's code stream (a chain
- * of dependent table lookups, the decoder's critical path, kept free of all
- * other work), and the assembler, whose lane t adds lane t's mantissas to the
- * symbols the reader handed over, checks and stores them. The reader runs a
- * round (32 symbols per lane) ahead. Each keeps only small windows of the
- * chunk in shared memory, so that many pairs stay resident per SM. */
+/* Per-dtype shape of the chunk decoder. A chunk, or half of one (lct__part),
+ * is decoded by a pair of warps: the code reader, whose lane t follows lane
+ * t's code stream (a chain of dependent table lookups, the decoder's critical
+ * path, kept free of all other work), and the assembler, whose lane t adds
+ * lane t's mantissas to the symbols the reader handed over, checks and stores
+ * them. The reader runs a round (32 symbols per lane) ahead. Each keeps only
+ * small windows of the chunk in shared memory, so that many pairs stay
+ * resident per SM. */
 template <int DT> struct lct__dec_cfg {
   static constexpr unsigned W = lct__dt<DT>::W, S = lct__dt<DT>::S, M = lct__dt<DT>::M;
   static constexpr unsigned G = 16 / W; /* elements per 16-byte store */
@@ -319,7 +320,7 @@ template <int DT> struct lct__dec_cfg {
                 "a ring holds a round without ESC, the next fast pass's reads and the rest of the reader's granule");
 };
 
-/* Shared memory of one chunk's warp pair: the reader's code ring (row t: lane
+/* Shared memory of one part's warp pair: the reader's code ring (row t: lane
  * t's) and where the reader stands in it, the round's symbols handed to the
  * assembler (two rounds: pair p of lane t's symbols, two entries, at [p][t]),
  * and the assembler's round rows of mantissas (row t: lane t's k words of the
@@ -742,7 +743,7 @@ struct lct__coded_view {
   uint32_t hwords;       /* the code section's words */
   const uint32_t *mant;  /* the part's first mantissa word */
   const uint32_t *code;  /* the code section */
-  bool tail_checks;      /* the pair checks the sections' padding (one pair per chunk) */
+  bool tail_checks;      /* the pair checks the sections' padding (the chunk's last part's pair) */
   uint32_t mid;          /* a whole version 2 chunk: lane 2t's bits, which the reader checks at symbol 256 (~0: none) */
 };
 

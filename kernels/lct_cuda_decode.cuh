@@ -616,9 +616,8 @@ struct lct__part {
 };
 
 __device__ static inline lct__part lct__part_of(uint32_t version, uint32_t u, uint32_t n_chunks, bool split) {
-  if (!split) return {u, 0, 1, LCT_V1_LANE_ELEMS, version, true};
-  if (version == 1) return {u, 0, 1, LCT_V1_LANE_ELEMS, version, u < n_chunks};
-  return {u >> 1, u & 1, 2, LCT_LANE_ELEMS, version, true};
+  if (split && version != 1) return {u >> 1, u & 1, 2, LCT_LANE_ELEMS, version, true};
+  return {u, 0, 1, LCT_V1_LANE_ELEMS, version, u < n_chunks};
 }
 
 /* Where a pair's part of chunk c lies and what the chunk's header says, as
@@ -1092,8 +1091,8 @@ __device__ static lct__verdict lct__decode_part(const lct__dec_tensor &T, const 
 }
 
 /* One unit of the block's blob is done, with status err: the last of the
- * blob's units writes the blob's status. Everything it needs is read anew,
- * from what the block shares, rather than kept through the decode. */
+ * blob's units writes the blob's status. What it needs is read anew from the
+ * launch's parameters rather than kept in registers through the decode. */
 template <bool SPLIT, unsigned N> __device__ static void lct__unit_done(const lct__dec_params<N> &p, int err) {
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
   int *const wst = p.common.ws_status + T.slot;
@@ -1115,8 +1114,8 @@ __device__ static inline int lct__judge(const lct__verdict &vd, uint32_t stored)
  * (the launch picks how many: blockDim.x / 64, an even number in a split
  * launch, so that the two parts of a version 2 chunk meet in the block). A
  * split launch is one of few units, so its kernel takes the registers it
- * wants rather than the fewer that fit more blocks per SM:
- * warp p reads pair p's codes, warp pairs + p assembles them. An SM issues
+ * wants rather than the fewer that fit more blocks per SM. Warp p reads pair
+ * p's codes, warp pairs + p assembles them. An SM issues
  * warp w's instructions from its scheduler w % 4, so every scheduler gets as
  * many readers (the critical path) as assemblers; with readers on even
  * warps, two schedulers held all of them. Every unit of a blob counts itself
@@ -1135,8 +1134,7 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
   const unsigned pairs = blockDim.x >> 6, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % pairs;
   const bool assembler = warp >= pairs;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  constexpr bool split = SPLIT;
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), units = (split ? 2 : 1) * n_chunks,
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), units = (SPLIT ? 2 : 1) * n_chunks,
                  u = (blockIdx.x - T.begin) * pairs + pair;
   int *const wst = p.common.ws_status + T.slot;
   lct__pair_talk &talk = s_talk[pair];
@@ -1147,7 +1145,7 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
     lct__version_read(T, lane, talk);
     if (SPLIT) { /* which chunk is the unit's depends on the version */
       __syncwarp();
-      const lct__part pt = lct__part_of(talk.version, u, n_chunks, split);
+      const lct__part pt = lct__part_of(talk.version, u, n_chunks, SPLIT);
       if (pt.active) lct__chunk_read<DT>(T, pt.c, n_chunks, lane, talk);
     } else {
       lct__chunk_read<DT>(T, u, n_chunks, lane, talk);
@@ -1170,7 +1168,7 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
   /* A version read before the header kernel's that differs from it: the blob
    * changed during the launch, and its parts may have gone other ways. */
   const int known = s_known ? s_known : talk.version != s_version ? LCT_ECORRUPT : 0;
-  const lct__part pt = lct__part_of(talk.version, u, n_chunks, split);
+  const lct__part pt = lct__part_of(talk.version, u, n_chunks, SPLIT);
   if (known || !pt.active) {
     if (assembler && lane == 0) lct__unit_done<SPLIT>(p, known);
     return;

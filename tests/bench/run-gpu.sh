@@ -15,8 +15,8 @@
 # $OUT (default ./gpu-results); the summary is printed last. LCT_PY_TIMEOUT bounds the
 # Python tests (default 540 s: the torchrun ones start several trainers), LCT_TEST_TIMEOUT,
 # LCT_BENCH_TIMEOUT and LCT_SAN_TIMEOUT (seconds, per test) bound each step;
-# LCT_SAN_TESTS names the tests run under the sanitizer (default: all but the
-# multi-MiB one); LCT_SOAK_SECONDS is each soak's length (default 120; 0 skips them).
+# LCT_SAN_TESTS names the tests run under memcheck (default: all but the
+# multi-MiB one) and LCT_RACE_TESTS those under racecheck; LCT_SOAK_SECONDS is each soak's length (default 120; 0 skips them).
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd) || exit 1 # absolute, however it was given
 data=${2:-}
@@ -53,8 +53,9 @@ timeout "${LCT_BENCH_TIMEOUT:-300}" "$build/bin/lct-bench" gpu --data "$data" --
   >"$out/bench.txt" 2>&1
 bench_rc=$?
 
-# 3. compute-sanitizer memcheck on the test binary, one test per process; the
-#    multi-MiB test is left to the plain run above (memcheck slows it most).
+# 3. compute-sanitizer memcheck on the test binary, one test per process (the
+#    multi-MiB test is left to the plain run above: memcheck slows it most),
+#    then racecheck on LCT_RACE_TESTS.
 san_rc=skipped
 if command -v compute-sanitizer >/dev/null; then
   san_rc=0
@@ -69,8 +70,17 @@ if command -v compute-sanitizer >/dev/null; then
     echo "== $t rc=$rc" >>"$out/sanitizer.log"
     [[ $rc -ne 0 ]] && san_rc=$rc
   done
-  san_errors=$(grep -c 'ERROR SUMMARY: [1-9]' "$out/sanitizer.log")
-  san_summary=$(grep -a 'ERROR SUMMARY' "$out/sanitizer.log" | sort | uniq -c | tr -s ' ' | paste -sd';')
+  # racecheck: the decoder's shared-memory rings and joins, and the encoder's, on a few tests.
+  for t in ${LCT_RACE_TESTS:-golden_blobs every_dtype_kind_and_size stale_codebook}; do
+    echo "== racecheck $t" >>"$out/sanitizer.log"
+    timeout "${LCT_SAN_TIMEOUT:-120}" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 \
+      "$build/bin/test_cuda_codec" --jobs=1 --filter="cuda_codec/$t" >>"$out/sanitizer.log" 2>&1
+    rc=$?
+    echo "== racecheck $t rc=$rc" >>"$out/sanitizer.log"
+    [[ $rc -ne 0 ]] && san_rc=$rc
+  done
+  san_errors=$(grep -cE '(ERROR|RACECHECK) SUMMARY: [1-9]' "$out/sanitizer.log")
+  san_summary=$(grep -aoE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$out/sanitizer.log" | sort | uniq -c | tr -s ' ' | paste -sd';')
 else
   echo "compute-sanitizer not found" >"$out/sanitizer.log"
 fi

@@ -99,16 +99,20 @@ static inline uint64_t bw_finish(bit_writer *w, uint8_t *base) {
   return (uint64_t)(w->out - base);
 }
 
-/* Per-symbol bits to write: code | length << 24 | escaped << 31. A symbol the
- * codebook lacks gets the whole ESC sequence (ESC code, then the symbol), so
- * the hot loop has no branch for it. */
-#define ENC_CODE_MASK 0xffffffu
+/* Per-symbol entry: the bits to write (low 32), escaped at bit ENC_ESC_AT
+ * and the length from bit ENC_LEN_AT. A symbol the codebook lacks gets the
+ * whole ESC sequence (ESC code, then the symbol), so the hot loop has no
+ * branch for it. Summing a chunk's entries counts its escapes at ENC_ESC_AT:
+ * below it, 16384 codes of at most 22 bits; above, 16384 flags stay under
+ * the lengths, whose sum only wraps past bit 63. */
+#define ENC_ESC_AT 40
+#define ENC_LEN_AT 56
 /* Longest code section a chunk can need: every element escaped, plus slack
  * for the writer's 8-byte stores. */
 #define CODE_SCRATCH ((size_t)LCT_CHUNK_ELEMS * (LCT_MAX_CODE_LEN + 10) / 8 + 16)
 typedef struct {
   lct__layout lay;
-  uint32_t enc[LCT_MAX_SYMS - 1];
+  uint64_t enc[LCT_MAX_SYMS - 1];
   uint8_t scratch[CODE_SCRATCH]; /* the code section is built here, then placed after the mantissas */
 } encoder;
 
@@ -116,9 +120,10 @@ static void encoder_init(encoder *e, const lct_codebook *cb) {
   const unsigned esc = e->lay.n_syms - 1, esc_len = cb->len[esc];
   for (unsigned sym = 0; sym < esc; sym++) {
     if (cb->len[sym]) {
-      e->enc[sym] = cb->code[sym] | (uint32_t)cb->len[sym] << 24;
+      e->enc[sym] = cb->code[sym] | (uint64_t)cb->len[sym] << ENC_LEN_AT;
     } else {
-      e->enc[sym] = (cb->code[esc] | sym << esc_len) | (esc_len + e->lay.sym_bits) << 24 | 1u << 31;
+      e->enc[sym] = (cb->code[esc] | sym << esc_len) | 1ull << ENC_ESC_AT |
+                    (uint64_t)(esc_len + e->lay.sym_bits) << ENC_LEN_AT;
     }
   }
 }
@@ -221,21 +226,22 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
     uint8_t *code = (uint8_t *)e->scratch;
     bit_writer cw = {code, code + CODE_SCRATCH, 0, 0};
     const unsigned m = lay->mant_bits;
-    uint64_t escapes = 0, lane_start = 0;
+    uint64_t tally = 0, lane_start = 0; /* tally: the sum of the chunk's entries */
     uint32_t lane_bits[LCT_LANES] = {0}, widest = 0; /* 0 for empty lanes */
     for (unsigned t = 0; t < LCT_LANES && (uint64_t)t * LCT_LANE_ELEMS < n; t++) {
       uint64_t lo = (uint64_t)t * LCT_LANE_ELEMS, hi = lo + LCT_LANE_ELEMS < n ? lo + LCT_LANE_ELEMS : n, i = lo;
-      for (; i + 2 <= hi; i += 2) { /* two codes (<= 44 bits) per flush */
-        uint32_t e0 = e->enc[lct__load_elem(src, i, width) >> m], e1 = e->enc[lct__load_elem(src, i + 1, width) >> m];
-        escapes += (e0 >> 31) + (e1 >> 31);
-        bw_add(&cw, e0 & ENC_CODE_MASK, (e0 >> 24) & 0x7f);
-        bw_add(&cw, e1 & ENC_CODE_MASK, (e1 >> 24) & 0x7f);
+      for (; i + 2 <= hi; i += 2) { /* two codes (<= 44 bits) in one add */
+        const uint64_t e0 = e->enc[lct__load_elem(src, i, width) >> m],
+                       e1 = e->enc[lct__load_elem(src, i + 1, width) >> m];
+        const unsigned len0 = (unsigned)(e0 >> ENC_LEN_AT);
+        tally += e0 + e1;
+        bw_add(&cw, (uint32_t)e0 | (uint64_t)(uint32_t)e1 << len0, len0 + (unsigned)(e1 >> ENC_LEN_AT));
         bw_flush(&cw);
       }
       if (i < hi) {
-        uint32_t e0 = e->enc[lct__load_elem(src, i, width) >> m];
-        escapes += e0 >> 31;
-        bw_add(&cw, e0 & ENC_CODE_MASK, (e0 >> 24) & 0x7f);
+        const uint64_t e0 = e->enc[lct__load_elem(src, i, width) >> m];
+        tally += e0;
+        bw_add(&cw, (uint32_t)e0, (unsigned)(e0 >> ENC_LEN_AT));
         bw_flush(&cw);
       }
       uint64_t lane_end = 8 * (uint64_t)(cw.out - code) + cw.n;
@@ -245,7 +251,7 @@ static inline __attribute__((always_inline)) size_t encode_chunk(encoder *e, con
     }
     const uint64_t code_bytes = bw_finish(&cw, code);
     st->code_bits += lane_start; /* counted for raw fallbacks too: they measure the codebook's fit */
-    st->escapes += escapes;
+    st->escapes += (tally >> ENC_ESC_AT) & 0xffff;
     const uint64_t size = LCT_CODED_CHUNK_HEADER + mant_bytes + code_bytes;
     /* A lane of 4096 code bits or more (16 per element: ESC most of the time)
      * has no field to hold its length; its chunk is stored raw. */

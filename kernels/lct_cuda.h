@@ -84,7 +84,7 @@ LCT_API size_t lct_cuda_encode_workspace_size(const lct_cuda_encode_item *items,
 /* Encodes count tensors with their precomputed codebooks: the blobs are byte
  * for byte those lct_encode writes with the same codebooks. items is a host
  * array (read before return). All tensors' chunks run in one flattened grid
- * per dtype (at most 128 tensors per launch), so hundreds of small tensors cost
+ * per dtype (at most 256 tensors per launch), so hundreds of small tensors cost
  * a few launches, not hundreds. workspace: device, workspace_bytes >=
  * lct_cuda_encode_workspace_size(items, count). */
 LCT_API int lct_cuda_encode_batch(const lct_cuda_encode_item *items, size_t count, void *workspace, size_t workspace_bytes,

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <atomic>
 
@@ -64,24 +65,38 @@ static inline int lct__launch_dependent(void (*kernel)(P), unsigned grid, unsign
 #define LCT__MAGIC 0x5A54434Cu          /* "LCTZ" read as a little-endian u32 */
 #define LCT__MAX_SYM_BITS 10            /* the widest symbol of lct_dtype.h's table */
 #define LCT__CB_WORDS ((((1u << (LCT__MAX_SYM_BITS - 1)) + 1 + 7) & ~7u) / 4) /* pad8(ceil((2^s + 1) / 2)) / 4 */
-#define LCT__BATCH 128                  /* tensors per launch (kernel parameters, ~7 KiB) */
+#define LCT__BATCH 256                  /* tensors per launch (kernel parameters, 14-16 KiB) */
+#define LCT__BATCH_SMALL 32             /* tensors per launch of a small batch (about 2 KiB) */
 #define LCT__FULL 0xffffffffu
 
 /* A launch's parameters: what its tensors share, and the tensors, at most N
- * (1 or LCT__BATCH: parameters are copied at every launch, and 7 KiB of them
- * cost it about 2.4 us). */
+ * (1, LCT__BATCH_SMALL or LCT__BATCH). Parameters are copied at every
+ * launch, 7 KiB of them for about 2.4 us, so a launch takes the narrowest
+ * form that holds its tensors; but every launch of a call ends in a partly
+ * filled wave of blocks, so a batch of a model's tensors wants them all in
+ * one launch. */
 template <typename Tensor, typename Common, unsigned N> struct lct__launch_params {
   Common common;
   uint32_t count;
   Tensor t[N];
+  static_assert(sizeof(Common) + 8 + sizeof(Tensor) * N <= 32764, "past the kernel parameter limit");
 };
 
-/* launch(p), with p's one-tensor form where it holds a lone tensor. */
+/* launch(p), with p in the narrowest form that holds its tensors. */
 template <typename Tensor, typename Common, typename F>
 static inline int lct__launch_narrowest(const lct__launch_params<Tensor, Common, LCT__BATCH> &p, F &&launch) {
-  if (p.count != 1) return launch(p);
-  const lct__launch_params<Tensor, Common, 1> one = {p.common, 1, {p.t[0]}};
-  return launch(one);
+  if (p.count == 1) {
+    const lct__launch_params<Tensor, Common, 1> one = {p.common, 1, {p.t[0]}};
+    return launch(one);
+  }
+  if (p.count <= LCT__BATCH_SMALL) {
+    lct__launch_params<Tensor, Common, LCT__BATCH_SMALL> few{};
+    few.common = p.common;
+    few.count = p.count;
+    memcpy(few.t, p.t, p.count * sizeof p.t[0]);
+    return launch(few);
+  }
+  return launch(p);
 }
 
 /* Per dtype, from lct_dtype.h's table: element bytes W, symbol bits S,

@@ -57,28 +57,27 @@ bench_rc=$?
 #    multi-MiB test is left to the plain run above: memcheck slows it most),
 #    then racecheck on LCT_RACE_TESTS.
 san_rc=skipped
+# sanitize TOOL TEST...: compute-sanitizer's TOOL on each test of test_cuda_codec, one per process.
+sanitize() {
+  local tool=$1 t rc
+  shift
+  for t in "$@"; do
+    echo "== $tool $t" >>"$out/sanitizer.log"
+    timeout "${LCT_SAN_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 3 \
+      "$build/bin/test_cuda_codec" --jobs=1 --filter="cuda_codec/$t" >>"$out/sanitizer.log" 2>&1
+    rc=$?
+    echo "== $tool $t rc=$rc" >>"$out/sanitizer.log"
+    [[ $rc -ne 0 ]] && san_rc=$rc
+  done
+}
 if command -v compute-sanitizer >/dev/null; then
   san_rc=0
   : >"$out/sanitizer.log"
-  for t in ${LCT_SAN_TESTS:-every_dtype_kind_and_size unaligned_input_and_output stale_codebook shared_tensor_slices \
-    golden_blobs histogram_matches_cpu batch_equals_single argument_errors truncated_blobs_rejected \
-    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected empty_blob_with_trailing_bytes_rejected}; do
-    echo "== $t" >>"$out/sanitizer.log"
-    timeout "${LCT_SAN_TIMEOUT:-120}" compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
-      "$build/bin/test_cuda_codec" --jobs=1 --filter="cuda_codec/$t" >>"$out/sanitizer.log" 2>&1
-    rc=$?
-    echo "== $t rc=$rc" >>"$out/sanitizer.log"
-    [[ $rc -ne 0 ]] && san_rc=$rc
-  done
-  # racecheck: the decoder's shared-memory rings and joins, and the encoder's, on a few tests.
-  for t in ${LCT_RACE_TESTS:-golden_blobs every_dtype_kind_and_size stale_codebook}; do
-    echo "== racecheck $t" >>"$out/sanitizer.log"
-    timeout "${LCT_SAN_TIMEOUT:-120}" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 \
-      "$build/bin/test_cuda_codec" --jobs=1 --filter="cuda_codec/$t" >>"$out/sanitizer.log" 2>&1
-    rc=$?
-    echo "== racecheck $t rc=$rc" >>"$out/sanitizer.log"
-    [[ $rc -ne 0 ]] && san_rc=$rc
-  done
+  sanitize memcheck ${LCT_SAN_TESTS:-every_dtype_kind_and_size unaligned_input_and_output stale_codebook \
+    shared_tensor_slices golden_blobs histogram_matches_cpu batch_equals_single argument_errors truncated_blobs_rejected \
+    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected empty_blob_with_trailing_bytes_rejected}
+  # the decoder's shared-memory rings and joins, and the encoder's
+  sanitize racecheck ${LCT_RACE_TESTS:-golden_blobs every_dtype_kind_and_size stale_codebook}
   san_errors=$(grep -cE '(ERROR|RACECHECK) SUMMARY: [1-9]' "$out/sanitizer.log")
   san_summary=$(grep -aoE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$out/sanitizer.log" | sort | uniq -c | tr -s ' ' | paste -sd';')
 else

@@ -102,8 +102,9 @@ struct decode_launch {
    * empty wave instead of beside full ones. */
   template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
     if (!p.count) return 0;
-    std::stable_sort(p.t, p.t + p.count,
-                     [](const lct__dec_tensor &a, const lct__dec_tensor &b) { return a.n_elems > b.n_elems; });
+    std::sort(p.t, p.t + p.count, [](const lct__dec_tensor &a, const lct__dec_tensor &b) {
+      return a.n_elems != b.n_elems ? a.n_elems > b.n_elems : a.slot < b.slot;
+    });
     uint32_t begin = 0;
     for (uint32_t i = 0; i < p.count; i++) {
       p.t[i].begin = begin;

@@ -1,8 +1,6 @@
 /* lct_cuda_decode.cu — launch wrappers for the decoder: argument checks, workspace layout, per-dtype flattened grids. */
 #include <string.h>
 
-#include <algorithm>
-
 #include "lct_cuda_decode.cuh"
 
 namespace {
@@ -94,22 +92,8 @@ struct decode_launch {
     return 0;
   }
 
-  uint64_t blocks_of(uint64_t n_elems) const { return ((split ? 2 : 1) * lct_chunk_count(n_elems) + pairs - 1) / pairs; }
-
-  /* Blocks start in index order, so the launch takes its blobs largest
-   * first: the blocks of blobs too small to fill theirs (a model's biases and
-   * norms, one pair busy out of eight) then run in the launch's last, partly
-   * empty wave instead of beside full ones. */
   template <int DT> int flush(lct__dec_params<LCT__BATCH> &p, uint64_t n_blocks) {
     if (!p.count) return 0;
-    std::sort(p.t, p.t + p.count, [](const lct__dec_tensor &a, const lct__dec_tensor &b) {
-      return a.n_elems != b.n_elems ? a.n_elems > b.n_elems : a.slot < b.slot;
-    });
-    uint32_t begin = 0;
-    for (uint32_t i = 0; i < p.count; i++) {
-      p.t[i].begin = begin;
-      begin += (uint32_t)blocks_of(p.t[i].n_elems);
-    }
     const int rc = lct__launch_narrowest(p, [&](const auto &q) { return launch<DT>(q, n_blocks); });
     p.count = 0;
     return rc;
@@ -125,7 +109,7 @@ struct decode_launch {
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      const uint64_t blocks = blocks_of(it->n_elems);
+      const uint64_t blocks = ((split ? 2 : 1) * lct_chunk_count(it->n_elems) + pairs - 1) / pairs;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
         rc = flush<DT>(p, n_blocks);
         if (rc) return rc;
@@ -137,6 +121,7 @@ struct decode_launch {
       t.dst = static_cast<uint8_t *>(it->dst);
       t.n_elems = it->n_elems;
       t.status = it->status;
+      t.begin = (uint32_t)n_blocks;
       t.slot = (uint32_t)i;
       t.aligned = ((uintptr_t)it->dst & 15) == 0;
       n_blocks += blocks;

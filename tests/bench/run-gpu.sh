@@ -16,7 +16,8 @@
 # Python tests (default 540 s: the torchrun ones start several trainers), LCT_TEST_TIMEOUT,
 # LCT_BENCH_TIMEOUT and LCT_SAN_TIMEOUT (seconds, per test) bound each step;
 # LCT_SAN_TESTS names the tests run under memcheck (default: all but the
-# multi-MiB one) and LCT_RACE_TESTS those under racecheck; LCT_SOAK_SECONDS is each soak's length (default 120; 0 skips them).
+# multi-MiB one) and LCT_RACE_TESTS those under racecheck; LCT_SOAK_SECONDS
+# is each soak's length (default 120; 0 skips them).
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd) || exit 1 # absolute, however it was given
 data=${2:-}

@@ -79,12 +79,12 @@ template <typename Tensor, typename Common, unsigned N> struct lct__launch_param
   Common common;
   uint32_t count;
   Tensor t[N];
-  static_assert(sizeof(Common) + 8 + sizeof(Tensor) * N <= 32764, "past the kernel parameter limit");
 };
 
 /* launch(p), with p in the narrowest form that holds its tensors. */
 template <typename Tensor, typename Common, typename F>
 static inline int lct__launch_narrowest(const lct__launch_params<Tensor, Common, LCT__BATCH> &p, F &&launch) {
+  static_assert(sizeof p <= 32764, "past the kernel parameter limit");
   if (p.count == 1) {
     const lct__launch_params<Tensor, Common, 1> one = {p.common, 1, {p.t[0]}};
     return launch(one);

@@ -626,6 +626,7 @@ int bench_gpu(int argc, char **argv) {
   uint64_t sizes[16];
   int n_sizes = bench_parse_list("--sizes", sizes_arg, sizes, 16);
   if (n_sizes < 0) return 1;
+  if (batch_only) n_sizes = 0;
   for (int i = 0; i < n_sizes; i++) sizes[i] <<= 20;
 
   static gpu_row rows[MAX_ROWS], kinds[MAX_ROWS];

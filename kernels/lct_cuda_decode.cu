@@ -32,23 +32,23 @@ struct decode_launch {
   unsigned *version;
   cudaStream_t stream;
   unsigned pairs; /* units per block of the dtype's launches */
-  bool split;     /* two units per chunk */
+  bool few;       /* a launch of few units: every blob split (lct__part) */
 
   /* Sets the shared memory attributes of a chunk kernel, once per device. */
-  template <int DT, unsigned N, bool SPLIT> static int chunk_attrs(int dev) {
+  template <int DT, unsigned N, bool FEW> static int chunk_attrs(int dev) {
     constexpr size_t smem = lct__dec_smem_bytes<DT>();
     if (!smem) return 0;
     /* past the default limit for some dtypes; shared memory over L1, for residency, for all */
     static std::atomic<uint64_t> attrs_set{0};
-    return lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N, SPLIT>, (int)smem, true, dev, attrs_set);
+    return lct__smem_attrs((const void *)lct__decode_chunk_kernel<DT, N, FEW>, (int)smem, true, dev, attrs_set);
   }
 
-  template <int DT, unsigned N, bool SPLIT> int launch_chunks(const lct__dec_params<N> &p, uint64_t n_blocks) {
+  template <int DT, unsigned N, bool FEW> int launch_chunks(const lct__dec_params<N> &p, uint64_t n_blocks) {
     int dev;
     LCT__CUDA_TRY(cudaGetDevice(&dev));
-    int rc = chunk_attrs<DT, N, SPLIT>(dev);
+    int rc = chunk_attrs<DT, N, FEW>(dev);
     if (rc) return rc;
-    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N, SPLIT>, (unsigned)n_blocks, pairs * 64,
+    return lct__launch_dependent(lct__decode_chunk_kernel<DT, N, FEW>, (unsigned)n_blocks, pairs * 64,
                                  lct__dec_smem_bytes<DT>(pairs), stream, p);
   }
 
@@ -56,39 +56,40 @@ struct decode_launch {
     lct__decode_header_kernel<DT, N><<<p.count, LCT__HDR_THREADS, 0, stream>>>(p);
     LCT__LAUNCH_CHECK();
     if (!n_blocks) return 0;
-    return split ? launch_chunks<DT, N, true>(p, n_blocks) : launch_chunks<DT, N, false>(p, n_blocks);
+    return few ? launch_chunks<DT, N, true>(p, n_blocks) : launch_chunks<DT, N, false>(p, n_blocks);
   }
 
   /* A unit's decode takes as long as its lanes' chains of lookups, however
    * few units share its SM. Where the chunks' halves all fit on the GPU at
-   * once, the launch splits version 2 chunks in two units (lct__part), and
-   * spreads its units over every SM in smaller blocks rather than filling a
-   * few SMs with full ones; a fuller launch decodes chunks whole, as more
-   * units would only queue behind each other. */
+   * once, the launch splits every blob's version 2 chunks in two units
+   * (lct__part), and spreads its units over every SM in smaller blocks
+   * rather than filling a few SMs with full ones; a fuller launch decodes
+   * chunks whole, as more units would only queue behind each other, but for
+   * blobs whose halves all fit in one block (see run). */
   template <int DT> int pick_shape() {
     constexpr unsigned PAIRS = lct__dec_cfg<DT>::PAIRS;
     uint64_t chunks = 0;
     for (size_t i = 0; i < count; i++)
       if (items[i].dtype == dtype) chunks += lct_chunk_count(items[i].n_elems);
-    split = false;
+    few = false;
     pairs = PAIRS;
     if (!chunks) return 0;
     int dev, sms;
     LCT__CUDA_TRY(cudaGetDevice(&dev));
     LCT__CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    /* The split kernel's blocks per SM, with the registers it takes: asked once per device. */
-    static std::atomic<int> split_blocks[64];
-    int blocks = dev < 64 ? split_blocks[dev].load(std::memory_order_relaxed) : 0;
+    /* The few-unit kernel's blocks per SM, with the registers it takes: asked once per device. */
+    static std::atomic<int> few_blocks[64];
+    int blocks = dev < 64 ? few_blocks[dev].load(std::memory_order_relaxed) : 0;
     if (!blocks) {
       int rc = chunk_attrs<DT, LCT__BATCH, true>(dev);
       if (rc) return rc;
       LCT__CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
           &blocks, lct__decode_chunk_kernel<DT, LCT__BATCH, true>, PAIRS * 64, lct__dec_smem_bytes<DT>()));
-      if (dev < 64) split_blocks[dev].store(blocks, std::memory_order_relaxed);
+      if (dev < 64) few_blocks[dev].store(blocks, std::memory_order_relaxed);
     }
-    split = 2 * chunks <= (uint64_t)sms * blocks * PAIRS;
-    const uint64_t units = (split ? 2 : 1) * chunks;
-    while (pairs > (split ? 2u : 1u) && units < (uint64_t)pairs * sms) pairs /= 2;
+    few = 2 * chunks <= (uint64_t)sms * blocks * PAIRS;
+    const uint64_t units = (few ? 2 : 1) * chunks;
+    while (pairs > (few ? 2u : 1u) && units < (uint64_t)pairs * sms) pairs /= 2;
     return 0;
   }
 
@@ -109,7 +110,12 @@ struct decode_launch {
     for (size_t i = 0; i < count; i++) {
       const lct_cuda_decode_item *it = &items[i];
       if (it->dtype != dtype) continue;
-      const uint64_t blocks = ((split ? 2 : 1) * lct_chunk_count(it->n_elems) + pairs - 1) / pairs;
+      /* A blob takes whole blocks: one of too few chunks to fill its block
+       * whole is split, so that lanes of more than 256 elements hold the
+       * block half as long. */
+      const uint64_t chunks = lct_chunk_count(it->n_elems);
+      const bool split = few || 2 * chunks <= pairs;
+      const uint64_t blocks = ((split ? 2 : 1) * chunks + pairs - 1) / pairs;
       if (p.count == LCT__BATCH || n_blocks + blocks > kMaxBlocksPerLaunch) {
         rc = flush<DT>(p, n_blocks);
         if (rc) return rc;
@@ -124,6 +130,7 @@ struct decode_launch {
       t.begin = (uint32_t)n_blocks;
       t.slot = (uint32_t)i;
       t.aligned = ((uintptr_t)it->dst & 15) == 0;
+      t.split = split;
       n_blocks += blocks;
     }
     return flush<DT>(p, n_blocks);

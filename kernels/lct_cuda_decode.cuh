@@ -16,7 +16,8 @@ struct lct__dec_tensor {
   int *status;
   uint32_t begin;   /* its first chunk block in the launch (see lct__decode_chunk_kernel) */
   uint32_t slot;    /* its index in the workspace arrays */
-  uint32_t aligned; /* dst is 16-byte aligned */
+  uint8_t aligned;  /* dst is 16-byte aligned */
+  uint8_t split;    /* two units per chunk (lct__part) */
 };
 
 /* What the blobs of a decode launch share: the workspace. */
@@ -597,13 +598,14 @@ __device__ static inline void lct__flush_stage(const uint4 *stage, uint8_t *out,
   }
 }
 
-/* The part of a chunk a warp pair decodes: its units. A launch too small to
- * fill the GPU splits each version 2 chunk in two parts, lanes 0-31 and 32-63
- * (8192 elements each), decoded by two pairs at once, as a lane's chain of
- * lookups is what such a decode waits for. The host does not know the
- * version: a split launch gives each chunk two units, and unit u of a blob
+/* The part of a chunk a warp pair decodes: its units. A split blob's
+ * version 2 chunks are decoded in two parts, lanes 0-31 and 32-63 (8192
+ * elements each), by two pairs at once, as a lane's chain of lookups is what
+ * such a decode waits for: every blob of a launch too small to fill the GPU,
+ * and in a full launch a blob too small to fill its block. The host does not
+ * know the version: a split blob gives each chunk two units, and unit u
  * decodes part u % 2 of chunk u / 2 of a version 2 blob, all of chunk u of a
- * version 1 blob (none for u >= n_chunks). A full launch gives each chunk one
+ * version 1 blob (none for u >= n_chunks). Another blob gives each chunk one
  * unit, which decodes it whole: 32 lanes of 512 elements, a version 2 chunk's
  * lanes 2t and 2t + 1 (one code stream, end to end) read as its lane t. */
 struct lct__part {
@@ -837,14 +839,14 @@ __device__ static inline void lct__tail_fetch(lct__pair_talk &talk, unsigned s, 
  * leaves in sm.wa at each hand-over. What the assembler fetches in round rd
  * lands before the barrier that ends it, so the reader may read it from
  * round rd + 2 on. */
-template <int DT, unsigned LE>
+template <int DT>
 __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
                                        const lct__chunk_view &v, const lct__coded_view &cv, unsigned lane,
                                        lct__pair_talk &talk, unsigned bar) {
-  const uint32_t rounds = lct__rounds(v.n, LE);
+  const uint32_t rounds = lct__rounds(v.n, v.part.le);
   const lct__code_origin o = lct__code_origin_of(cv);
   const lct__ring_words<DT> ring{sm.code[lane]};
-  if constexpr (LE == LCT_V1_LANE_ELEMS) sm.mid[0][lane] = cv.mid; /* out of the rounds' registers */
+  sm.mid[0][lane] = cv.mid; /* out of the rounds' registers */
   const lct__section_words section{o.cbase, o.cend};
   const uint32_t w0 = o.bit0 >> 5;
   lct__code_topup<DT>(sm.code[lane], o, o.bit0 >> 7, w0);
@@ -912,9 +914,8 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
       out[32 * (jn >> 1)] = lct__take_symbol<DT>(r, tab, section);
       lct__commit(r, section);
     }
-    if constexpr (LE == LCT_V1_LANE_ELEMS) { /* a whole version 2 chunk: lane 2t took exactly its bits */
-      if (rd == LCT_LANE_ELEMS / 32 - 1) sm.mid[1][lane] = 32 * (r.wa - 2) + r.pos - o.bit0; /* checked below */
-    }
+    /* a whole version 2 chunk: lane 2t took exactly its bits (checked below) */
+    if (rd == LCT_LANE_ELEMS / 32 - 1) sm.mid[1][lane] = 32 * (r.wa - 2) + r.pos - o.bit0;
     sm.wa[rd & 1][lane] = r.wa;
     gdone = lct__ring_limit<DT>(wa_prev);
     wa_prev = r.wa;
@@ -923,7 +924,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
   /* The lane consumed exactly lane_bits; no invalid code; zero padding. */
   uint32_t bad = r.bad || 32 * (r.wa - 2) + r.pos - o.bit0 != cv.lb;
   if (lane == 0) bad |= talk.tail_word[1] & talk.tail_mask[1];
-  if constexpr (LE == LCT_V1_LANE_ELEMS) bad |= sm.mid[0][lane] != ~0u && sm.mid[1][lane] != sm.mid[0][lane];
+  bad |= sm.mid[0][lane] != ~0u && sm.mid[1][lane] != sm.mid[0][lane];
   bad = __any_sync(LCT__FULL, bad);
   if (lane == 0) talk.bad = bad;
   lct__pair_sync(bar);
@@ -933,7 +934,7 @@ __device__ static void lct__read_codes(const typename lct__dec_tab<DT>::Ent *tab
  * part's elements [le t, le t + le) from the symbols the reader hands over
  * and the mantissa section, and stores them. Returns (warp-uniformly) the
  * part's verdict, the reader's included. */
-template <int DT, unsigned LE>
+template <int DT>
 __device__ static lct__verdict lct__assemble(lct__dec_pair_smem<DT> &sm, const lct__chunk_view &v, const lct__coded_view &cv,
                                     bool aligned, unsigned lane, lct__pair_talk &talk, unsigned bar) {
   using C = lct__dec_cfg<DT>;
@@ -943,7 +944,7 @@ __device__ static lct__verdict lct__assemble(lct__dec_pair_smem<DT> &sm, const l
   uint8_t *const out = v.out;
   const lct__mant_walk walk = lct__mant_walk_of(k, lane);
   const lct__code_origin o = lct__code_origin_of(cv);
-  constexpr uint32_t le = LE;
+  const uint32_t le = v.part.le;
   const uint32_t lw = le / 32 * k; /* mantissa words per lane */
   uint32_t gfill = lct__ring_limit<DT>(o.bit0 >> 5); /* the granule after the reader's first fill */
   lct__fetch_mant<DT>(sm.mant[0], cv.mant, cv.mwords, k, lw, 0, walk);
@@ -1046,19 +1047,6 @@ __device__ static lct__verdict lct__assemble(lct__dec_pair_smem<DT> &sm, const l
   return {chk, (talk.tail_word[0] & talk.tail_mask[0]) || talk.bad};
 }
 
-/* A warp's role in a pair's part of a coded chunk of lanes of LE elements. */
-template <int DT, unsigned LE, bool ASSEMBLER>
-__device__ static inline lct__verdict lct__lanes(const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
-                                                 const lct__chunk_view &v, const lct__coded_view &cv, bool aligned,
-                                                 unsigned lane, lct__pair_talk &talk, unsigned bar) {
-  if constexpr (ASSEMBLER) {
-    return lct__assemble<DT, LE>(sm, v, cv, aligned, lane, talk, bar);
-  } else {
-    lct__read_codes<DT, LE>(tab, sm, v, cv, lane, talk, bar);
-    return {0, 0};
-  }
-}
-
 /* The warp pair of a part, once the assembler has read the chunk's place and
  * header into talk (lct__chunk_read): both derive the part's view from that
  * one reading (a blob rewritten under them, by a dst overlapping a blob of
@@ -1068,7 +1056,7 @@ __device__ static inline lct__verdict lct__lanes(const typename lct__dec_tab<DT>
  * part's verdict to the assembler. Each warp's role is a compile-time one,
  * so that the registers of one role's rounds are not allotted around the
  * other's. */
-template <int DT, bool SPLIT, bool ASSEMBLER>
+template <int DT, bool ASSEMBLER>
 __device__ static lct__verdict lct__decode_part(const lct__dec_tensor &T, const lct__part &pt,
                                                 const typename lct__dec_tab<DT>::Ent *tab, lct__dec_pair_smem<DT> &sm,
                                                 lct__pair_talk &talk, unsigned lane, unsigned bar) {
@@ -1080,12 +1068,12 @@ __device__ static lct__verdict lct__decode_part(const lct__dec_tensor &T, const 
   lct__coded_view cv;
   if (lct__coded_open<DT>(v, lane, cv)) return corrupt;
   if constexpr (lct__dt<DT>::S > 0) {
-    /* Lanes of compile-time length: a launch that decodes chunks whole has
-     * lanes of 512 alone; a split one, lanes of 256 but in the version 1
-     * chunks it meets. */
-    if (!SPLIT || pt.le == LCT_V1_LANE_ELEMS)
-      return lct__lanes<DT, LCT_V1_LANE_ELEMS, ASSEMBLER>(tab, sm, v, cv, T.aligned, lane, talk, bar);
-    return lct__lanes<DT, LCT_LANE_ELEMS, ASSEMBLER>(tab, sm, v, cv, T.aligned, lane, talk, bar);
+    if constexpr (ASSEMBLER) {
+      return lct__assemble<DT>(sm, v, cv, T.aligned, lane, talk, bar);
+    } else {
+      lct__read_codes<DT>(tab, sm, v, cv, lane, talk, bar);
+      return {0, 0};
+    }
   }
   return corrupt; /* unreachable: lct__coded_open fails every chunk of a raw dtype */
 }
@@ -1093,12 +1081,12 @@ __device__ static lct__verdict lct__decode_part(const lct__dec_tensor &T, const 
 /* One unit of the block's blob is done, with status err: the last of the
  * blob's units writes the blob's status. What it needs is read anew from the
  * launch's parameters rather than kept in registers through the decode. */
-template <bool SPLIT, unsigned N> __device__ static void lct__unit_done(const lct__dec_params<N> &p, int err) {
+template <unsigned N> __device__ static void lct__unit_done(const lct__dec_params<N> &p, int err) {
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
   int *const wst = p.common.ws_status + T.slot;
   if (err) atomicCAS(wst, 0, err);
   __threadfence();
-  const uint32_t units = (SPLIT ? 2 : 1) * lct__chunk_count(T.n_elems);
+  const uint32_t units = (T.split ? 2 : 1) * lct__chunk_count(T.n_elems);
   if (atomicAdd(p.common.ws_done + T.slot, 1u) == units - 1) {
     __threadfence();
     *T.status = *(volatile int *)wst;
@@ -1111,17 +1099,17 @@ __device__ static inline int lct__judge(const lct__verdict &vd, uint32_t stored)
 }
 
 /* A warp pair per unit (lct__part), up to PAIRS units of one blob per block
- * (the launch picks how many: blockDim.x / 64, an even number in a split
- * launch, so that the two parts of a version 2 chunk meet in the block). A
- * split launch is one of few units, so its kernel takes the registers it
- * wants rather than the fewer that fit more blocks per SM. Warp p reads pair
+ * (the launch picks how many: blockDim.x / 64, an even number where a blob
+ * is split, so that the two parts of a version 2 chunk meet in the block). A
+ * launch of FEW units (every blob split) takes the registers it wants rather
+ * than the fewer that fit more blocks per SM. Warp p reads pair
  * p's codes, warp pairs + p assembles them. An SM issues
  * warp w's instructions from its scheduler w % 4, so every scheduler gets as
  * many readers (the critical path) as assemblers; with readers on even
  * warps, two schedulers held all of them. Every unit of a blob counts itself
  * done once; the last one writes the blob's status. */
-template <int DT, unsigned N, bool SPLIT>
-__global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct__dec_blocks_per_sm<DT>())
+template <int DT, unsigned N, bool FEW>
+__global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, FEW ? 1 : lct__dec_blocks_per_sm<DT>())
     lct__decode_chunk_kernel(const __grid_constant__ lct__dec_params<N> p) {
   extern __shared__ __align__(16) uint8_t lct__dec_shared[];
   using Ent = typename lct__dec_tab<DT>::Ent;
@@ -1134,7 +1122,7 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
   const unsigned pairs = blockDim.x >> 6, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pair = warp % pairs;
   const bool assembler = warp >= pairs;
   const lct__dec_tensor &T = p.t[lct__find_tensor(p.t, p.count, blockIdx.x)];
-  const uint32_t n_chunks = lct__chunk_count(T.n_elems), units = (SPLIT ? 2 : 1) * n_chunks,
+  const uint32_t n_chunks = lct__chunk_count(T.n_elems), units = (T.split ? 2 : 1) * n_chunks,
                  u = (blockIdx.x - T.begin) * pairs + pair;
   int *const wst = p.common.ws_status + T.slot;
   lct__pair_talk &talk = s_talk[pair];
@@ -1143,9 +1131,9 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
    * after. */
   if (assembler && u < units) {
     lct__version_read(T, lane, talk);
-    if (SPLIT) { /* which chunk is the unit's depends on the version */
+    if (T.split) { /* which chunk is the unit's depends on the version */
       __syncwarp();
-      const lct__part pt = lct__part_of(talk.version, u, n_chunks, SPLIT);
+      const lct__part pt = lct__part_of(talk.version, u, n_chunks, true);
       if (pt.active) lct__chunk_read<DT>(T, pt.c, n_chunks, lane, talk);
     } else {
       lct__chunk_read<DT>(T, u, n_chunks, lane, talk);
@@ -1168,16 +1156,16 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
   /* A version read before the header kernel's that differs from it: the blob
    * changed during the launch, and its parts may have gone other ways. */
   const int known = s_known ? s_known : talk.version != s_version ? LCT_ECORRUPT : 0;
-  const lct__part pt = lct__part_of(talk.version, u, n_chunks, SPLIT);
+  const lct__part pt = lct__part_of(talk.version, u, n_chunks, T.split);
   if (known || !pt.active) {
-    if (assembler && lane == 0) lct__unit_done<SPLIT>(p, known);
+    if (assembler && lane == 0) lct__unit_done(p, known);
     return;
   }
   if (!assembler) {
-    lct__decode_part<DT, SPLIT, false>(T, pt, s_tab, sm.pair[pair], talk, lane, 1 + pair);
+    lct__decode_part<DT, false>(T, pt, s_tab, sm.pair[pair], talk, lane, 1 + pair);
     return;
   }
-  const lct__verdict vd = lct__decode_part<DT, SPLIT, true>(T, pt, s_tab, sm.pair[pair], talk, lane, 1 + pair);
+  const lct__verdict vd = lct__decode_part<DT, true>(T, pt, s_tab, sm.pair[pair], talk, lane, 1 + pair);
   if (lane != 0) return;
   int err = 0;
   if (pt.parts == 1) {
@@ -1192,7 +1180,7 @@ __global__ void __launch_bounds__(lct__dec_cfg<DT>::PAIRS * 64, SPLIT ? 1 : lct_
       err = lct__judge({atomicAdd(&j.chk, 0u), atomicOr(&j.bad, 0u)}, talk.hw[1]);
     }
   }
-  lct__unit_done<SPLIT>(p, err);
+  lct__unit_done(p, err);
 }
 
 #endif

@@ -549,6 +549,107 @@ Test(cuda_codec, batch_equals_single) {
   CUDA_OK(cudaFree(d_in));
 }
 
+/* A batch too big to split every blob's chunks in two (the decoder then
+ * decodes chunks whole) still splits its blobs too small to fill a block:
+ * small version 2 and version 1 blobs, beside large ones, decode exactly as
+ * they would alone, and corrupt ones (a codebook, a split chunk) fail alone. */
+Test(cuda_codec, full_batch_with_small_blobs) {
+  REQUIRE_GPU();
+  int dev, sms;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const uint64_t C = LCT_CHUNK_ELEMS;
+  /* More chunk halves than the GPU holds at once: at most two blocks of 8
+   * pairs (2-byte dtypes) or three of 4 (f32) per SM. */
+  const uint64_t large = (uint64_t)sms * 9 * C + 99;
+  enum { CORRUPT_CHUNK = 1, CORRUPT_CODEBOOK = 2 };
+  static const struct {
+    int version, corrupt;
+    uint64_t n;
+  } spec[] = {
+      {2, 0, 1}, {2, CORRUPT_CHUNK, C}, {2, CORRUPT_CODEBOOK, 768}, {2, 0, 513}, {2, 0, C / 2 + 1},
+      {2, 0, C}, {2, 0, 2 * C + 5}, {2, 0, 3 * C + 17}, {2, 0, 4 * C}, {1, 0, 1}, {1, 0, 513},
+      {1, 0, 768}, {1, 0, C / 2 + 1}, {1, 0, C}, {1, 0, 2 * C + 5}, {1, 0, 3 * C + 17}, {2, 0, 5 * C + 1},
+  };
+  enum { SPECS = sizeof spec / sizeof spec[0], COUNT = SPECS + 2 };
+  const int dtypes[] = {LCT_DTYPE_BF16, LCT_DTYPE_F32};
+  for (size_t d = 0; d < 2; d++) {
+    const int dtype = dtypes[d];
+    const size_t w = lct_dtype_size(dtype);
+    uint64_t n[COUNT];
+    int corrupt[COUNT];
+    uint8_t *host[COUNT], *blob[COUNT];
+    size_t len[COUNT];
+    for (int i = 0; i < COUNT; i++) { /* a large blob first and last, the small ones between */
+      const int s = i - 1, inner = i > 0 && i <= SPECS;
+      n[i] = inner ? spec[s].n : large - (uint64_t)i;
+      corrupt[i] = inner ? spec[s].corrupt : 0;
+      host[i] = malloc(n[i] * w + 1);
+      gen(dtype, 1 + i % 3, (uint64_t)i, host[i], n[i]);
+      lct_codebook cb;
+      codebook_for(dtype, host[i], n[i], &cb);
+      const size_t cap = lct_encode_bound(dtype, n[i]);
+      lct_encode_stats st;
+      blob[i] = malloc(cap);
+      cr_assert_eq(lct_encode(dtype, &cb, host[i], n[i], blob[i], cap, &st), 0);
+      len[i] = st.blob_bytes;
+      if (inner && spec[s].version == 1) {
+        uint8_t *v1 = test_blob_as_version_1(blob[i], len[i], &len[i]);
+        free(blob[i]);
+        blob[i] = v1;
+      }
+      if (corrupt[i] == CORRUPT_CHUNK) blob[i][len[i] - 64] ^= 0x10; /* a code or mantissa word of a split chunk */
+      if (corrupt[i] == CORRUPT_CODEBOOK) blob[i][LCT_HEADER_BYTES + 3] ^= 0x10;
+    }
+    size_t blob_total = 0, out_total = 0;
+    for (int i = 0; i < COUNT; i++) {
+      blob_total += (len[i] + 255) & ~(size_t)255;
+      out_total += (n[i] * w + 255) & ~(size_t)255;
+    }
+    uint8_t *d_blobs, *d_out;
+    int *d_status, status[COUNT];
+    CUDA_OK(cudaMalloc((void **)&d_blobs, blob_total));
+    CUDA_OK(cudaMalloc((void **)&d_out, out_total));
+    CUDA_OK(cudaMemset(d_out, 0x5A, out_total));
+    CUDA_OK(cudaMalloc((void **)&d_status, sizeof status));
+    CUDA_OK(cudaMemset(d_status, 0x7f, sizeof status));
+    lct_cuda_decode_item dec[COUNT];
+    size_t blob_at = 0, out_at = 0;
+    for (int i = 0; i < COUNT; i++) {
+      CUDA_OK(cudaMemcpy(d_blobs + blob_at, blob[i], len[i], cudaMemcpyHostToDevice));
+      dec[i] = (lct_cuda_decode_item){dtype, n[i], d_blobs + blob_at, len[i], d_out + out_at, d_status + i};
+      blob_at += (len[i] + 255) & ~(size_t)255;
+      out_at += (n[i] * w + 255) & ~(size_t)255;
+    }
+    const size_t ws_bytes = lct_cuda_decode_workspace_size(COUNT);
+    void *ws;
+    CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    cr_assert_eq(lct_cuda_decode_batch(dec, COUNT, ws, ws_bytes, 0), 0);
+    CUDA_OK(cudaMemcpy(status, d_status, sizeof status, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < COUNT; i++) {
+      const size_t bytes = n[i] * w;
+      if (corrupt[i]) {
+        cr_assert(status[i] == LCT_ECORRUPT || status[i] == LCT_ECHECKSUM, "%s blob %d (n=%llu, corrupt): status %d",
+                  lct_dtype_name(dtype), i, (unsigned long long)n[i], status[i]);
+      } else {
+        cr_assert_eq(status[i], 0, "%s blob %d (n=%llu): status %d", lct_dtype_name(dtype), i,
+                     (unsigned long long)n[i], status[i]);
+        uint8_t *back = malloc(bytes);
+        CUDA_OK(cudaMemcpy(back, dec[i].dst, bytes, cudaMemcpyDeviceToHost));
+        cr_assert(memcmp(back, host[i], bytes) == 0, "%s blob %d (n=%llu): round trip differs",
+                  lct_dtype_name(dtype), i, (unsigned long long)n[i]);
+        free(back);
+      }
+      free(host[i]);
+      free(blob[i]);
+    }
+    CUDA_OK(cudaFree(ws));
+    CUDA_OK(cudaFree(d_status));
+    CUDA_OK(cudaFree(d_out));
+    CUDA_OK(cudaFree(d_blobs));
+  }
+}
+
 Test(cuda_codec, argument_errors) {
   REQUIRE_GPU();
   uint32_t v[4] = {1, 2, 3, 4};

@@ -15,8 +15,8 @@
 # $OUT (default ./gpu-results); the summary is printed last. LCT_PY_TIMEOUT bounds the
 # Python tests (default 540 s: the torchrun ones start several trainers), LCT_TEST_TIMEOUT,
 # LCT_BENCH_TIMEOUT and LCT_SAN_TIMEOUT (seconds, per test) bound each step;
-# LCT_SAN_TESTS names the tests run under memcheck (default: all but the
-# multi-MiB one) and LCT_RACE_TESTS those under racecheck; LCT_SOAK_SECONDS
+# LCT_SAN_TESTS names the tests run under memcheck (default: the list in step 3)
+# and LCT_RACE_TESTS those under racecheck; LCT_SOAK_SECONDS
 # is each soak's length (default 120; 0 skips them).
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd) || exit 1 # absolute, however it was given
@@ -76,9 +76,10 @@ if command -v compute-sanitizer >/dev/null; then
   : >"$out/sanitizer.log"
   sanitize memcheck ${LCT_SAN_TESTS:-every_dtype_kind_and_size unaligned_input_and_output stale_codebook \
     shared_tensor_slices golden_blobs histogram_matches_cpu batch_equals_single argument_errors truncated_blobs_rejected \
-    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected empty_blob_with_trailing_bytes_rejected}
+    bit_flips_rejected random_garbage_never_faults wrong_expectations_rejected empty_blob_with_trailing_bytes_rejected \
+    full_batch_with_small_blobs}
   # the decoder's shared-memory rings and joins, and the encoder's
-  sanitize racecheck ${LCT_RACE_TESTS:-golden_blobs every_dtype_kind_and_size stale_codebook}
+  sanitize racecheck ${LCT_RACE_TESTS:-golden_blobs every_dtype_kind_and_size stale_codebook full_batch_with_small_blobs}
   san_errors=$(grep -cE '(ERROR|RACECHECK) SUMMARY: [1-9]' "$out/sanitizer.log")
   san_summary=$(grep -aoE '(ERROR|RACECHECK) SUMMARY: [0-9]+ [a-z]+' "$out/sanitizer.log" | sort | uniq -c | tr -s ' ' | paste -sd';')
 else

@@ -141,6 +141,22 @@ static double time_op(const bench_ctx *c, int op, const op_args *a) {
   return t[reps / 2];
 }
 
+/* Median microseconds the host spends in one call, the stream idle before
+ * it: the launches' cost, which a call's work waits for. */
+static double submit_us(const bench_ctx *c, int op, const op_args *a) {
+  double t[64];
+  int reps = c->reps < 64 ? c->reps : 64;
+  for (int i = 0; i < reps; i++) {
+    GPU_TRY(cudaStreamSynchronize(c->stream));
+    const double t0 = bench_now();
+    run_op(c, op, a);
+    t[i] = (bench_now() - t0) * 1e6;
+  }
+  GPU_TRY(cudaStreamSynchronize(c->stream));
+  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+  return t[reps / 2];
+}
+
 /* Times a CRC op (OP_CRC: a->bytes into a->d_crc; the others: a->crc's
  * items) over tensors whose bytes lie in host back to back, their results
  * cleared first and then checked against lct_crc32c's. */
@@ -377,6 +393,7 @@ typedef struct {
   size_t count;
   double enc_batch_ms, dec_batch_ms, enc_each_ms, dec_each_ms, enc_one_ms, dec_one_ms, copy_ms;
   double crc_batch_ms, crc_each_ms, crc_one_ms;
+  double enc_batch_submit_us, dec_batch_submit_us, enc_one_submit_us, dec_one_submit_us;
   double ratio;
 } batch_result;
 
@@ -468,6 +485,8 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   }
   b->ratio = (double)b->total_bytes / (double)blob_sum;
   b->dec_batch_ms = time_op(c, OP_DECODE_BATCH, &a);
+  b->enc_batch_submit_us = submit_us(c, OP_ENCODE_BATCH, &a);
+  b->dec_batch_submit_us = submit_us(c, OP_DECODE_BATCH, &a);
   b->enc_each_ms = time_op(c, OP_ENCODE_EACH, &a);
   b->dec_each_ms = time_op(c, OP_DECODE_EACH, &a);
   b->crc_batch_ms = time_checked_crc(c, OP_CRC_BATCH, &a, host, "batched CRC");
@@ -518,6 +537,8 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   b->enc_one_ms = time_op(c, OP_ENCODE, &o);
   GPU_TRY(cudaMemcpy(&o.blob_bytes, o.d_size, 8, cudaMemcpyDeviceToHost));
   b->dec_one_ms = time_op(c, OP_DECODE, &o);
+  b->enc_one_submit_us = submit_us(c, OP_ENCODE, &o);
+  b->dec_one_submit_us = submit_us(c, OP_DECODE, &o);
   b->crc_one_ms = time_checked_crc(c, OP_CRC, &o, host, "CRC of one tensor");
 
   lct_cuda_codebook_destroy(one_cb);
@@ -710,6 +731,8 @@ int bench_gpu(int argc, char **argv) {
       printf("  %-28s %10.3f %10.3f %10.3f\n", "one call per tensor", b.enc_each_ms, b.dec_each_ms, b.crc_each_ms);
       printf("  %-28s %10.3f %10.3f %10.3f\n", "one tensor of the same bytes", b.enc_one_ms, b.dec_one_ms,
              b.crc_one_ms);
+      printf("  host time in the call, us: batched %.1f / %.1f, one tensor %.1f / %.1f (encode / decode)\n",
+             b.enc_batch_submit_us, b.dec_batch_submit_us, b.enc_one_submit_us, b.dec_one_submit_us);
     }
   }
   FILE *jf = json ? stdout : bench_open_out(out_path);
@@ -724,9 +747,12 @@ int bench_gpu(int argc, char **argv) {
             ",\n  \"batch\": {\"tensors\": %zu, \"raw_bytes\": %llu, \"ratio\": %.5f, \"memcpy_ms\": %.5f, "
             "\"encode_batch_ms\": %.5f, \"decode_batch_ms\": %.5f, \"encode_each_ms\": %.5f, \"decode_each_ms\": %.5f, "
             "\"encode_one_tensor_ms\": %.5f, \"decode_one_tensor_ms\": %.5f, \"crc32c_batch_ms\": %.5f, "
-            "\"crc32c_each_ms\": %.5f, \"crc32c_one_tensor_ms\": %.5f}\n}\n",
+            "\"crc32c_each_ms\": %.5f, \"crc32c_one_tensor_ms\": %.5f, \"encode_batch_submit_us\": %.2f, "
+            "\"decode_batch_submit_us\": %.2f, \"encode_one_tensor_submit_us\": %.2f, "
+            "\"decode_one_tensor_submit_us\": %.2f}\n}\n",
             b.count, (unsigned long long)b.total_bytes, b.ratio, b.copy_ms, b.enc_batch_ms, b.dec_batch_ms,
-            b.enc_each_ms, b.dec_each_ms, b.enc_one_ms, b.dec_one_ms, b.crc_batch_ms, b.crc_each_ms, b.crc_one_ms);
+            b.enc_each_ms, b.dec_each_ms, b.enc_one_ms, b.dec_one_ms, b.crc_batch_ms, b.crc_each_ms, b.crc_one_ms,
+            b.enc_batch_submit_us, b.dec_batch_submit_us, b.enc_one_submit_us, b.dec_one_submit_us);
     if (jf != stdout) fclose(jf);
   }
   GPU_TRY(cudaEventDestroy(c.e0));

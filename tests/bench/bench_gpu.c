@@ -123,39 +123,32 @@ static void run_op(const bench_ctx *c, int op, const op_args *a) {
   }
 }
 
-/* Median milliseconds of c->reps runs after two warm-ups, timed with events. */
-static double time_op(const bench_ctx *c, int op, const op_args *a) {
-  double t[64];
+/* Median milliseconds of c->reps runs after two warm-ups, timed with events;
+ * with host_us, also the median microseconds the host spends in the call,
+ * the stream idle before it (each run waits for the last): the launches'
+ * cost, which the call's work waits for. */
+static double time_op_host(const bench_ctx *c, int op, const op_args *a, double *host_us) {
+  double t[64], h[64];
   int reps = c->reps < 64 ? c->reps : 64;
   for (int i = 0; i < 2; i++) run_op(c, op, a);
   for (int i = 0; i < reps; i++) {
     float ms;
     GPU_TRY(cudaEventRecord(c->e0, c->stream));
+    const double t0 = bench_now();
     run_op(c, op, a);
+    h[i] = (bench_now() - t0) * 1e6;
     GPU_TRY(cudaEventRecord(c->e1, c->stream));
     GPU_TRY(cudaEventSynchronize(c->e1));
     GPU_TRY(cudaEventElapsedTime(&ms, c->e0, c->e1));
     t[i] = ms;
   }
   qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+  qsort(h, (size_t)reps, sizeof h[0], cmp_double);
+  if (host_us) *host_us = h[reps / 2];
   return t[reps / 2];
 }
 
-/* Median microseconds the host spends in one call, the stream idle before
- * it: the launches' cost, which a call's work waits for. */
-static double submit_us(const bench_ctx *c, int op, const op_args *a) {
-  double t[64];
-  int reps = c->reps < 64 ? c->reps : 64;
-  for (int i = 0; i < reps; i++) {
-    GPU_TRY(cudaStreamSynchronize(c->stream));
-    const double t0 = bench_now();
-    run_op(c, op, a);
-    t[i] = (bench_now() - t0) * 1e6;
-  }
-  GPU_TRY(cudaStreamSynchronize(c->stream));
-  qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-  return t[reps / 2];
-}
+static double time_op(const bench_ctx *c, int op, const op_args *a) { return time_op_host(c, op, a, NULL); }
 
 /* Times a CRC op (OP_CRC: a->bytes into a->d_crc; the others: a->crc's
  * items) over tensors whose bytes lie in host back to back, their results
@@ -476,7 +469,7 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   a.ws_bytes = ws_bytes;
   a.crc_ws = crc_ws;
   a.crc_ws_bytes = crc_ws_bytes;
-  b->enc_batch_ms = time_op(c, OP_ENCODE_BATCH, &a);
+  b->enc_batch_ms = time_op_host(c, OP_ENCODE_BATCH, &a, &b->enc_batch_submit_us);
   uint64_t *h_sizes = malloc(8 * b->count), blob_sum = 0;
   GPU_TRY(cudaMemcpy(h_sizes, sizes, 8 * b->count, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < b->count; i++) {
@@ -484,9 +477,7 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
     blob_sum += h_sizes[i];
   }
   b->ratio = (double)b->total_bytes / (double)blob_sum;
-  b->dec_batch_ms = time_op(c, OP_DECODE_BATCH, &a);
-  b->enc_batch_submit_us = submit_us(c, OP_ENCODE_BATCH, &a);
-  b->dec_batch_submit_us = submit_us(c, OP_DECODE_BATCH, &a);
+  b->dec_batch_ms = time_op_host(c, OP_DECODE_BATCH, &a, &b->dec_batch_submit_us);
   b->enc_each_ms = time_op(c, OP_ENCODE_EACH, &a);
   b->dec_each_ms = time_op(c, OP_DECODE_EACH, &a);
   b->crc_batch_ms = time_checked_crc(c, OP_CRC_BATCH, &a, host, "batched CRC");
@@ -534,11 +525,9 @@ static void measure_batch(const bench_ctx *c, const pool *pl, batch_result *b) {
   o.crc_ws = crc_ws;
   o.crc_ws_bytes = crc_ws_bytes;
   b->copy_ms = time_op(c, OP_COPY, &o);
-  b->enc_one_ms = time_op(c, OP_ENCODE, &o);
+  b->enc_one_ms = time_op_host(c, OP_ENCODE, &o, &b->enc_one_submit_us);
   GPU_TRY(cudaMemcpy(&o.blob_bytes, o.d_size, 8, cudaMemcpyDeviceToHost));
-  b->dec_one_ms = time_op(c, OP_DECODE, &o);
-  b->enc_one_submit_us = submit_us(c, OP_ENCODE, &o);
-  b->dec_one_submit_us = submit_us(c, OP_DECODE, &o);
+  b->dec_one_ms = time_op_host(c, OP_DECODE, &o, &b->dec_one_submit_us);
   b->crc_one_ms = time_checked_crc(c, OP_CRC, &o, host, "CRC of one tensor");
 
   lct_cuda_codebook_destroy(one_cb);
